@@ -1,0 +1,3 @@
+from gpu_layers.cli import main
+
+raise SystemExit(main())

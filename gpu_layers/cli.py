@@ -1,0 +1,99 @@
+"""`python -m gpu_layers ...`: the command line. Each subcommand is a thin shell over a module."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gpu_layers.errors import QwenGPUError
+
+
+def _json_value(v):
+    """Exact JSON for one element: ints as ints, float32 via repr of its exact float64 value."""
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return repr(v)  # 'nan' / 'inf' as strings: JSON has no literal for them
+        return v
+    return v
+
+
+def outputs_to_json(outputs) -> str:
+    """{buffer: [values]}; float32 values print as the shortest decimal that round-trips to them."""
+    out = {}
+    for name, arr in outputs.items():
+        out[name] = [_json_value(x) for x in arr.tolist()]
+    return json.dumps(out)
+
+
+def cmd_ptx(args) -> int:
+    from gpu_layers.nvcc import compile_cuda
+
+    with open(args.file, encoding="utf-8") as f:
+        source = f.read()
+    sys.stdout.write(compile_cuda(source, arch=args.arch))
+    return 0
+
+
+def cmd_run(args) -> int:
+    from gpu_layers.cases import load_case
+    from gpu_layers.interp import run_case
+
+    if args.backend != "interp":
+        raise QwenGPUError(f"backend {args.backend!r} is not available yet (only 'interp')")
+    case = load_case(args.case, name=args.name)
+    result = run_case(case, lanes=args.lanes, step_budget=args.step_budget)
+    print(outputs_to_json(result.outputs))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from gpu_layers.demo import main as demo_main
+
+    return demo_main(args)
+
+
+def cmd_kl(args) -> int:
+    from gpu_layers.kl import main as kl_main
+
+    return kl_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gpu_layers", description="qwenGPU command line")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("ptx", help="compile a .cu file to PTX with the pip-installed nvcc")
+    s.add_argument("file")
+    s.add_argument("--arch", default="sm_75")
+    s.set_defaults(func=cmd_ptx)
+
+    s = sub.add_parser("run", help="run a launch case (JSON) and print its output buffers as JSON")
+    s.add_argument("case", help="a case JSON file (one case, or a list of cases with --name)")
+    s.add_argument("--name", help="which case, when the file holds several")
+    s.add_argument("--backend", default="interp", choices=["interp"])
+    s.add_argument("--lanes", type=int, default=4, help="machine lanes (default 4)")
+    s.add_argument("--step-budget", type=int, default=None, help="max warp-instruction steps")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("demo", help="compile and run a small kernel end to end")
+    s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("kl", help="KL(original || spliced) of a host and its spliced checkpoint on text")
+    s.add_argument("--host", required=True, help="'tiny' (built-in test host), a path, or a hub id")
+    s.add_argument("--text", required=True, help="a text file")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--max-tokens", type=int, default=4096)
+    s.set_defaults(func=cmd_kl)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except QwenGPUError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
