@@ -1,0 +1,446 @@
+"""The assembler: a pipeline of named passes from a `Circuit` to a `CompiledMachine`.
+
+    validate -> schedule -> track_norms -> write_layers -> vocabulary -> machine
+
+* validate: every stage reads only fields that exist and fits one layer; addresses fit the key
+  head; read enables are exact-zero flags; tokens carry every input field.
+* schedule: list scheduling in dependency order at half-layer granularity (layer L's mixer is
+  depth position 2L, its MLP 2L+1); a stage goes to the earliest position of its kind after all its
+  producers where the layer's budget (neurons; key head groups) still has room.
+* track_norms: the sum of squares of the residual at each of the 2 norms of each layer and at the
+  final norm, from the fields alive there (refuses data-dependent norms).
+* write_layers: the Qwen3.5 tensors (LAYER_KEYS) of every layer, each weight written from fields to
+  fields; RMSNorm weights are set so every norm returns the raw residual values.
+* vocabulary: machine-token embedding rows (input fields) and LM-head rows (circuit logits).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field as dc_field
+
+import numpy as np
+import torch
+
+from . import physics as P
+from .circuit import Circuit, CircuitError, MemoryPort, MixerStage, MLPStage
+from .compiled import LAYER_KEYS, CompiledMachine
+from .fields import Lin
+
+SHAPE_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps")
+
+
+@dataclass
+class Shapes:
+    intermediate_size: int
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    rms_norm_eps: float
+
+    @classmethod
+    def of(cls, config) -> "Shapes":
+        if isinstance(config, dict):
+            get = config.__getitem__
+        else:
+            get = lambda k: getattr(config, k)  # noqa: E731
+        s = cls(**{k: get(k) for k in SHAPE_KEYS})
+        if s.linear_num_value_heads % s.linear_num_key_heads:
+            raise CircuitError("linear_num_value_heads must be a multiple of linear_num_key_heads")
+        return s
+
+    @property
+    def group(self) -> int:       # value heads per key head
+        return self.linear_num_value_heads // self.linear_num_key_heads
+
+    def asdict(self) -> dict:
+        return {k: getattr(self, k) for k in SHAPE_KEYS}
+
+
+def port_heads(p: MemoryPort, s: Shapes) -> tuple[int, int]:
+    """(value heads, key head groups) a port needs: lanes x ceil(wbits / (dv/2)) value heads."""
+    bph = s.linear_value_head_dim // 2
+    hpw = -(-p.wbits // bph)
+    vh = p.lanes * hpw
+    return vh, -(-vh // s.group)
+
+
+@dataclass
+class LayerPlan:
+    mixer: list = dc_field(default_factory=list)
+    mlp: list = dc_field(default_factory=list)
+
+    def neurons(self) -> int:
+        n = sum(st.neurons for st in self.mlp)
+        return n + (1 if any(st.bias for st in self.mlp) else 0)
+
+    def groups(self, s: Shapes) -> int:
+        g = sum(port_heads(p, s)[1] for st in self.mixer for p in st.ports)
+        return g + (1 if g else 0)    # + the constant head's group
+
+    def value_heads(self, s: Shapes) -> int:
+        v = sum(port_heads(p, s)[0] for st in self.mixer for p in st.ports)
+        return v + (1 if v else 0)
+
+
+@dataclass
+class Compiled:
+    """The result of compiling a circuit: the machine plus everything needed to read it."""
+
+    circuit: Circuit
+    shapes: Shapes
+    plans: list[LayerPlan]
+    position: dict[str, int]
+    machine: CompiledMachine
+    sumsq: dict[str, float]
+
+    @property
+    def layout(self):
+        return self.circuit.layout
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.plans)
+
+    def encode(self, values: dict) -> np.ndarray:
+        return self.layout.encode(values)
+
+    def decode(self, name, raw):
+        return self.layout.decode(name, raw)
+
+    def step_ranges(self) -> dict[str, float]:
+        """Per MLP stage: the largest max|t|/margin of its steps (see Step.range)."""
+        maxabs = {}
+        for f in self.layout.fields.values():
+            for d in range(f.start, f.stop):
+                maxabs[d] = 0.5 if f.enc == "rail3" else 1.0
+        return {st.name: max((x.range(maxabs) for x in st.steps), default=0.0)
+                for pl in self.plans for st in pl.mlp}
+
+    def bf16_unsafe(self) -> list[str]:
+        """MLP stages whose thresholds are too wide to stay exact in bf16 (fp32 is exact regardless)."""
+        from .circuit import BF16_SAFE_RANGE
+        return [n for n, r in self.step_ranges().items() if r > BF16_SAFE_RANGE]
+
+    def report(self) -> str:
+        s = self.shapes
+        ranges = self.step_ranges()
+        lines = [f"machine {self.circuit.name!r}: width W={self.machine.width} (text flag dim "
+                 f"{self.machine.text_flag_dim}), {self.num_layers} layers, vocabulary {self.machine.vocab_size}",
+                 f"{'layer':>5} {'neurons':>14} {'neur%':>6} {'v-heads':>9} {'vh%':>5} {'k-heads':>9} "
+                 f"{'|t|/m':>6}  stages"]
+        for i, pl in enumerate(self.plans):
+            n, v, g = pl.neurons(), pl.value_heads(s), pl.groups(s)
+            names = [f"mix:{st.name}" for st in pl.mixer] + [f"mlp:{st.name}" for st in pl.mlp]
+            rg = max([ranges[st.name] for st in pl.mlp], default=0.0)
+            lines.append(f"{i:>5} {n:>6}/{s.intermediate_size:<7} {100 * n / s.intermediate_size:>5.1f}% "
+                         f"{v:>3}/{s.linear_num_value_heads:<5} {100 * v / s.linear_num_value_heads:>4.0f}% "
+                         f"{g:>3}/{s.linear_num_key_heads:<5} {rg:>6.0f}  {', '.join(names)}")
+        bad = self.bf16_unsafe()
+        lines.append("bf16: " + ("every threshold is narrow enough (exact in bf16 as measured)" if not bad else
+                                 f"stages too wide for bf16 (fp32 only): {', '.join(bad)}"))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# passes
+
+def _field_of_dim(c: Circuit):
+    owner = {}
+    for f in c.layout.fields.values():
+        for d in range(f.start, f.stop):
+            owner[d] = f
+    return owner
+
+
+def validate(c: Circuit, s: Shapes) -> None:
+    """Fail fast with the list of every problem."""
+    problems = []
+    owner = _field_of_dim(c)
+    inputs = {f.name for f in c.inputs} | {"one"}
+    for st in c.stages:
+        for d in st.input_dims():
+            f = owner.get(d)
+            if f is None:
+                problems.append(f"{st.name}: reads dim {d}, which no field owns")
+            elif f.name not in inputs and f.name not in c.producer:
+                problems.append(f"{st.name}: reads field {f.name}, which nothing writes")
+            elif f.enc == "scalar":
+                problems.append(f"{st.name}: reads analog field {f.name}")
+        if isinstance(st, MLPStage):
+            if st.neurons + 1 > s.intermediate_size:
+                problems.append(f"{st.name}: {st.neurons} neurons exceed intermediate_size {s.intermediate_size}")
+        else:
+            g = sum(port_heads(p, s)[1] for p in st.ports) + 1
+            if g > s.linear_num_key_heads:
+                problems.append(f"{st.name}: needs {g} key heads (with the constant head), "
+                                f"only {s.linear_num_key_heads}")
+            for p in st.ports:
+                if p.slots > s.linear_key_head_dim:
+                    problems.append(f"{p.name}: {p.slots} slots > linear_key_head_dim {s.linear_key_head_dim}")
+                if p.re is not None:
+                    dims = p.re.dims()
+                    if (p.re.const != 0.0 or len(dims) != 1
+                            or owner[next(iter(dims))].enc not in ("dual", "onehot", "one")):
+                        problems.append(f"{p.name}: read enable must be one exact-zero rail (Field.flag())")
+    for f in c.layout.fields.values():
+        if f.name != "one" and f.name not in inputs and f.name not in c.producer:
+            problems.append(f"field {f.name} is declared but nothing writes it")
+    names = {f.name for f in c.inputs}
+    for tname, vals in c.tokens:
+        missing = names - set(vals) - set(c.default_token_values)
+        if missing:
+            problems.append(f"token {tname} carries no value for input fields {sorted(missing)}")
+    for t in c.logits:
+        if t not in [n for n, _ in c.tokens]:
+            problems.append(f"logit for unknown token {t}")
+    if problems:
+        raise CircuitError("circuit does not compile:" + "".join("\n  " + p for p in problems))
+
+
+def schedule(c: Circuit, s: Shapes) -> tuple[list[LayerPlan], dict[str, int]]:
+    owner = _field_of_dim(c)
+    deps = {}
+    for st in c.stages:
+        ds = set()
+        for d in st.input_dims():
+            f = owner[d]
+            if f.name in c.producer:
+                ds.add(id(c.producer[f.name]))
+        deps[id(st)] = ds
+    pos: dict[int, int] = {}
+    plans: list[LayerPlan] = []
+    remaining = list(c.stages)
+    while remaining:
+        ready = [st for st in remaining if all(d in pos for d in deps[id(st)])]
+        if not ready:
+            raise CircuitError("the circuit has a cycle: " + ", ".join(st.name for st in remaining))
+        for st in ready:
+            p0 = max((pos[d] for d in deps[id(st)]), default=-1) + 1
+            want = 0 if st.kind == "mixer" else 1
+            if p0 % 2 != want:
+                p0 += 1
+            while True:
+                L = p0 // 2
+                while len(plans) <= L:
+                    plans.append(LayerPlan())
+                pl = plans[L]
+                if st.kind == "mlp":
+                    fits = LayerPlan([], pl.mlp + [st]).neurons() <= s.intermediate_size
+                    if fits or not pl.mlp:
+                        pl.mlp.append(st)
+                        break
+                else:
+                    trial = LayerPlan(pl.mixer + [st], [])
+                    if trial.groups(s) <= s.linear_num_key_heads or not pl.mixer:
+                        pl.mixer.append(st)
+                        break
+                p0 += 2
+            pos[id(st)] = p0
+            remaining.remove(st)
+    position = {}
+    for st in c.stages:
+        position[st.name] = pos[id(st)]
+        for f in st.outputs:
+            c.layout.set_born(f.name, pos[id(st)])
+    return plans, position
+
+
+def track_norms(c: Circuit, nlayers: int) -> dict[str, float]:
+    """Sum of squares at every norm: 'L.input', 'L.post' and 'final'. Raises on a data-dependent one."""
+    out = {}
+    for L in range(nlayers):
+        out[f"{L}.input"] = c.layout.sumsq_at(2 * L)
+        out[f"{L}.post"] = c.layout.sumsq_at(2 * L + 1)
+    out["final"] = c.layout.sumsq_at(2 * nlayers)
+    return out
+
+
+def _row(lin: Lin, one: int, W: int, scale: float = 1.0, extra: float = 0.0) -> np.ndarray:
+    r = np.zeros(W)
+    for d, v in lin.coef.items():
+        r[d] += scale * v
+    r[one] += scale * lin.const + extra
+    return r
+
+
+def _norm_weight(ss: float, W: int, eps: float) -> np.ndarray:
+    return np.full(W, math.sqrt(ss / W + eps) - 1.0)
+
+
+def _addr_rows(f, slots: int, one: int, W: int) -> list[np.ndarray]:
+    """Key/query pre-activations, one row per slot: KEY_L at the addressed slot, <= -KEY_L or 0 elsewhere."""
+    rows = []
+    for j in range(slots):
+        if f is None or isinstance(f, int):
+            k = 0 if f is None else f
+            rows.append(_row(Lin({}, 1.0 if j == k else 0.0), one, W, P.KEY_L))
+        elif f.enc == "onehot":
+            rows.append(_row(f.hot(j), one, W, P.KEY_L) if j < f.n else np.zeros(W))
+        else:
+            if j >= (1 << f.n):
+                rows.append(np.zeros(W))
+                continue
+            m = Lin()
+            for i in range(f.n):
+                m = m + (f.bit(i) if (j >> i) & 1 else 1.0 - f.bit(i))
+            rows.append(_row(m - (f.n - 0.5), one, W, 2.0 * P.KEY_L))
+    return rows
+
+
+def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: float, W: int) -> dict:
+    one = c.layout.one.start
+    I, nk, nv = s.intermediate_size, s.linear_num_key_heads, s.linear_num_value_heads
+    dk, dv, K = s.linear_key_head_dim, s.linear_value_head_dim, s.linear_conv_kernel_dim
+    kd, vd = nk * dk, nv * dv
+    qkv = np.zeros((2 * kd + vd, W))
+    z = np.zeros((vd, W))
+    bb = np.zeros((nv, W))
+    aa = np.zeros((nv, W))
+    out_proj = np.zeros((W, vd))
+    conv = np.zeros((2 * kd + vd, 1, K))
+    conv[:, 0, K - 1] = 1.0
+    gate = np.zeros((I, W))
+    up = np.zeros((I, W))
+    down = np.zeros((W, I))
+
+    # ---- mixer: memory ports + the constant head ---------------------------------------------
+    if pl.mixer:
+        g0, vh0 = 0, 0                               # constant head: key group 0, its first value head
+        qkv[g0 * dk + 0, one] = P.KEY_L
+        qkv[kd + g0 * dk + 0, one] = P.KEY_L
+        qkv[2 * kd + vh0 * dv + 0, one] = P.KEY_L
+        bb[vh0, one] = P.BETA_G
+        z[vh0 * dv + 0, one] = P.Z_GAIN
+        comp = -0.5 / (math.sqrt(dv) * P.Z_GAIN)
+        next_group = 1
+        bph = dv // 2
+        for st in pl.mixer:
+            for p in st.ports:
+                nvh, ngr = port_heads(p, s)
+                groups = list(range(next_group, next_group + ngr))
+                next_group += ngr
+                heads = [h for g in groups for h in range(g * s.group, (g + 1) * s.group)][:nvh]
+                qrows = _addr_rows(p.raddr, dk, one, W)
+                krows = _addr_rows(p.waddr, dk, one, W)
+                for g in groups:
+                    for j in range(dk):
+                        qkv[g * dk + j] = qrows[j]
+                        qkv[kd + g * dk + j] = krows[j]
+                hpw = nvh // p.lanes
+                for lane in range(p.lanes):
+                    dbits, outf = p.data_bits(lane), p.out[lane]
+                    for h in range(hpw):
+                        vh = heads[lane * hpw + h]
+                        lo, hi = h * bph, min(p.wbits, (h + 1) * bph)
+                        nbh = hi - lo
+                        kappa = 1.0 / (math.sqrt(dv / nbh) * P.Z_GAIN)
+                        for i in range(lo, hi):
+                            ip = i - lo
+                            rp, rn = 2 * kd + vh * dv + 2 * ip, 2 * kd + vh * dv + 2 * ip + 1
+                            # bits: +-100 x -> silu -> (100, -0); dual / rail3: 100 * (bit, not-bit)
+                            qkv[rp] = _row(dbits[i][0], one, W, P.KEY_L)
+                            qkv[rn] = _row(dbits[i][1], one, W, P.KEY_L)
+                            zr = _row(p.re, one, W, P.Z_GAIN) if p.re is not None else _row(Lin({}, 1.0), one, W, P.Z_GAIN)
+                            z[vh * dv + 2 * ip] = zr
+                            z[vh * dv + 2 * ip + 1] = zr
+                            A, B = outf.start + 2 * i, outf.start + 2 * i + 1
+                            out_proj[A, vh * dv + 2 * ip] += kappa
+                            out_proj[B, vh * dv + 2 * ip + 1] += kappa
+                            out_proj[A, vh0 * dv] += comp
+                            out_proj[B, vh0 * dv] += comp
+                        we = p.we[lane]
+                        bb[vh] = _row(we - 0.5, one, W, 2 * P.BETA_G) if we is not None else _row(Lin({}, 1.0), one, W, P.BETA_G)
+                        if p.reset is not None:
+                            aa[vh] = _row(p.reset, one, W, P.RESET_A)
+
+    # ---- MLP: threshold steps + one bias neuron ---------------------------------------------
+    k = 0
+    bias = {}
+    for st in pl.mlp:
+        for step in st.steps:
+            sc = P.STEP_G / step.margin
+            gate[k] = _row(step.t, one, W, sc, P.STEP_K)
+            up[k, one] = 1.0 / P.STEP_K
+            gate[k + 1] = _row(step.t, one, W, sc)
+            up[k + 1, one] = 1.0 / P.STEP_K
+            for d, v in step.out.items():
+                down[d, k] += v
+                down[d, k + 1] -= v
+            k += 2
+        for d, v in st.bias.items():
+            bias[d] = bias.get(d, 0.0) + v
+    if bias:
+        gate[k, one] = P.BIAS_K
+        up[k, one] = 1.0 / P.BIAS_K
+        for d, v in bias.items():
+            down[d, k] += v
+        k += 1
+    assert k <= I
+
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    eps = s.rms_norm_eps
+    return {
+        "input_layernorm.weight": t(_norm_weight(ss_in, W, eps)),
+        "linear_attn.in_proj_qkv.weight": t(qkv),
+        "linear_attn.conv1d.weight": t(conv),
+        "linear_attn.in_proj_z.weight": t(z),
+        "linear_attn.in_proj_b.weight": t(bb),
+        "linear_attn.in_proj_a.weight": t(aa),
+        "linear_attn.dt_bias": t(np.full(nv, P.DT_BIAS)),
+        "linear_attn.A_log": t(np.full(nv, P.A_LOG)),
+        "linear_attn.norm.weight": t(np.ones(dv)),
+        "linear_attn.out_proj.weight": t(out_proj),
+        "post_attention_layernorm.weight": t(_norm_weight(ss_post, W, eps)),
+        "mlp.gate_proj.weight": t(gate),
+        "mlp.up_proj.weight": t(up),
+        "mlp.down_proj.weight": t(down),
+    }
+
+
+def vocabulary(c: Circuit, W: int):
+    names = [n for n, _ in c.tokens] or ["<m:nop>"]
+    rows = []
+    for _, vals in (c.tokens or [("<m:nop>", {})]):
+        v = dict(c.default_token_values)
+        v.update(vals)
+        if not c.tokens:
+            v = {f.name: 0 for f in c.inputs}
+        row = np.zeros(W)
+        row[:c.layout.width] = c.layout.encode(v)
+        rows.append(row)
+    embed = np.stack(rows)
+    unembed = np.zeros_like(embed)
+    one = c.layout.one.start
+    for i, n in enumerate(names):
+        if n in c.logits:
+            unembed[i] = _row(c.logits[n], one, W)
+    return names, torch.tensor(embed, dtype=torch.float32), torch.tensor(unembed, dtype=torch.float32)
+
+
+def compile_circuit(c: Circuit, config) -> Compiled:
+    """Run every pass; `config` is a Qwen3.5 text config (or a dict with its SHAPE_KEYS)."""
+    s = Shapes.of(config)
+    validate(c, s)
+    plans, position = schedule(c, s)
+    if not plans:
+        plans = [LayerPlan()]
+    sumsq = track_norms(c, len(plans))
+    W = c.layout.width + 1                        # + the text flag dim, which no weight reads
+    flag = W - 1
+    layers = [write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans)]
+    for L, lay in enumerate(layers):                  # the text flag dim is never read
+        for key in ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight",
+                    "linear_attn.in_proj_a.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"):
+            assert not lay[key][:, flag].any(), (L, key)
+    names, embed, unembed = vocabulary(c, W)
+    final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
+    m = CompiledMachine(width=W, layers=layers, embed=embed, unembed=unembed, final_norm=final,
+                        token_names=names, text_flag_dim=flag,
+                        fields={f.name: (f.start, f.stop) for f in c.layout.fields.values()},
+                        layer_shapes=s.asdict())
+    m.check()
+    assert set(layers[0]) == set(LAYER_KEYS)
+    return Compiled(c, s, plans, position, m, sumsq)

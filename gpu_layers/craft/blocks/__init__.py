@@ -1,0 +1,9 @@
+"""The block library. Each function adds stages to a `Circuit` and returns a `Block` (inputs,
+outputs, cost, a Python reference `ref`). See each module's docstring for the construction."""
+from .arith import adder, prefix_adder
+from .base import MLPBuilder, symmetric_terms
+from .logic import bitwise, compare, equal, gate, mux, shift, threshold_gate
+from .memory import MemoryModel, memory, read_bits
+
+__all__ = ["adder", "prefix_adder", "bitwise", "compare", "equal", "gate", "mux", "shift", "threshold_gate",
+           "memory", "read_bits", "MemoryModel", "MLPBuilder", "symmetric_terms"]

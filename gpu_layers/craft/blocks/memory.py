@@ -1,0 +1,130 @@
+"""DeltaNet memory ports: write a word at a one-hot address, read a word, reset, per-lane writes.
+
+Physics (tests/test_craft_physics.py checks each): the gate is held open (in_proj_a = 0,
+dt_bias = -100: exp(g) == 1.0); conv taps (0,..,0,1) are the identity on the current token; a key
+pre-activation of 100 at slot j and exact 0 elsewhere stays exactly one-hot through SiLU and the L2
+norm (binary addresses are decoded inside in_proj_qkv: 200 * (matches - n + 0.5) is +100 at one
+slot and <= -100 elsewhere, and silu(-100) == -0); beta = sigmoid(+-200) is exactly 1 or 0, so a
+write replaces the column; a bit is stored dual rail (silu(+-100 b)), so every written column has
+the same norm and the per-head gated RMSNorm returns a data-independent scale; z = 32 * re makes
+the read enable exact (silu(0) = 0); a reset drives in_proj_a to 1000 (exp(g) == 0) and wipes the
+heads' state before this token's write.
+
+The read lands in a `rail3` field: (A_i, B_i) = (+.5, -.5) for 1, (-.5, +.5) for 0 and (-.5, -.5)
+when the cell is unwritten or the read disabled. The -.5 offsets come from one constant head per
+layer (every token writes and reads a fixed column), so the residual's sum of squares is the same
+in all three cases.
+"""
+from __future__ import annotations
+
+from ..circuit import Circuit, CircuitError, MemoryPort, MixerStage
+from ..fields import Field, Lin
+from .base import MLPBuilder, finish, out_field
+
+
+def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
+           data, we: list | Lin | None = None, re: Lin | None = None,
+           reset: Lin | None = None, lanes: int | None = None):
+    """A memory port. Addresses: a onehot field, a binary (bits / rail3) field, an int (a constant
+    slot) or None (slot 0). `data`: one entry per lane (a single field = one lane); an entry is a
+    field or a list of fields whose bits are concatenated (low bits first) (bits, dual or rail3; an absent rail3
+    stores 0s). `we`: one 0/1 Lin per lane (or one for all, or None = always write). Returns the
+    block, whose outputs are the rail3 read fields `name_r{lane}` (`name_r` for one lane)."""
+    data = [data] if isinstance(data, Field) else list(data)
+    lanes = lanes or len(data)
+    if len(data) != lanes:
+        raise CircuitError(f"memory {name}: {lanes} lanes need {lanes} data fields")
+    if not isinstance(we, list):
+        we = [we] * lanes
+    if len(we) != lanes:
+        raise CircuitError(f"memory {name}: one write enable per lane")
+    for d in data:
+        fs = d if isinstance(d, list) else [d]
+        if any(f.enc not in ("bits", "dual", "rail3") for f in fs) or sum(f.n for f in fs) != wbits:
+            raise CircuitError(f"memory {name}: data {[f.name for f in fs]} must be bits/dual/rail3 of "
+                               f"{wbits} bits in all")
+    for f, what in ((waddr, "write"), (raddr, "read")):
+        if f is None:
+            continue
+        if isinstance(f, int):
+            if not 0 <= f < slots:
+                raise CircuitError(f"memory {name}: constant {what} address {f} out of range")
+            continue
+        if f.enc == "onehot":
+            if f.n > slots:
+                raise CircuitError(f"memory {name}: {what} address one-hot of {f.n} > {slots} slots")
+        elif f.enc in ("bits", "rail3"):
+            if (1 << f.n) > slots:
+                raise CircuitError(f"memory {name}: {what} address of {f.n} bits needs {1 << f.n} slots")
+        else:
+            raise CircuitError(f"memory {name}: {what} address must be onehot or bits")
+    outs = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits) for l in range(lanes)]
+    port = MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, outs)
+    st = MixerStage(name, [port], outs)
+    c.add_stage(st)
+    ins = [f for f in [waddr, raddr] if isinstance(f, Field)]
+    for d in data:
+        ins += d if isinstance(d, list) else [d]
+    blk = finish(c, name, "memory", ins, outs, [st], None, {"slots": slots, "wbits": wbits, "lanes": lanes})
+    blk.ref = MemoryModel(port)
+    return blk
+
+
+class MemoryModel:
+    """The Python definition of a port: call step(values) once per token, in order."""
+
+    def __init__(self, port: MemoryPort):
+        self.p = port
+        self.mem = [dict() for _ in range(port.lanes)]
+
+    def reset_state(self):
+        self.mem = [dict() for _ in range(self.p.lanes)]
+
+    def step(self, v: dict) -> dict:
+        """v: logical values of every field the port reads ({name: int}) plus '_we' (list of 0/1 per
+        lane), '_re' (0/1), '_reset' (0/1); returns {out field name: word or None}."""
+        p = self.p
+        if v.get("_reset", 0):
+            self.reset_state()
+        addr = lambda f: 0 if f is None else (f if isinstance(f, int) else int(v[f.name]))  # noqa: E731
+        wa, ra = addr(p.waddr), addr(p.raddr)
+        wes = v.get("_we", [1] * p.lanes)
+        for l in range(p.lanes):
+            if wes[l]:
+                word, sh = 0, 0
+                for f in (p.data[l] if isinstance(p.data[l], list) else [p.data[l]]):
+                    x = v[f.name]
+                    word |= (0 if x is None or x < 0 else int(x)) << sh
+                    sh += f.n
+                self.mem[l][wa] = word
+        out = {}
+        for l in range(p.lanes):
+            out[p.out[l].name] = self.mem[l].get(ra) if v.get("_re", 1) else None
+        return out
+
+
+def read_bits(c: Circuit, r: Field, name: str | None = None, enc: str = "bits", with_present: bool = False):
+    """Re-digitize a rail3 read into a word (absent reads as 0), optionally with a dual `present` bit."""
+    if r.enc != "rail3":
+        raise CircuitError("read_bits takes a rail3 field")
+    name = name or c.unique(r.name + "_w")
+    out = out_field(c, name, enc, r.n)
+    mb = MLPBuilder(c, name)
+    for i in range(r.n):
+        # bit(i) = A + 0.5 is 1 (bit 1), 0 (bit 0 or absent): threshold at 0.5
+        mb.threshold(out, i, r.bit(i) - 0.5, 0.5)
+    pres = None
+    if with_present:
+        pres = out_field(c, name + "_present", "dual", 1)
+        mb.threshold(pres, 0, r.present(0) - 0.5, 0.5)
+    st = mb.build()
+
+    def ref(v):
+        x = v[r.name]
+        o = {out.name: 0 if x is None or x < 0 else int(x)}
+        if pres is not None:
+            o[pres.name] = int(x is not None and x >= 0)
+        return o
+
+    outs = [out] + ([pres] if pres is not None else [])
+    return finish(c, name, "read_bits", [r], outs, [st], ref, {"n": r.n})

@@ -1,0 +1,305 @@
+"""Harness shared by the exactness tests and scripts/measure_blocks_bf16.py: drive a compiled circuit
+through stock transformers (prefill = chunked path, decode = recurrent path with the cache) on
+rows of input-field values, and compare the decoded outputs with the blocks' Python references."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .assemble import Compiled, compile_circuit
+from .machine_model import as_inputs, build_machine_model, run_decode, run_prefill
+
+# A tiny host's shapes (the test host of the splice); the compiler reads whatever config it gets.
+TINY = dict(intermediate_size=1536, linear_num_key_heads=8, linear_num_value_heads=8, linear_key_head_dim=32,
+            linear_value_head_dim=64, linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
+
+
+def random_values(f, rng, N):
+    """N valid random logical values of an input field."""
+    if f.enc == "onehot":
+        return rng.integers(0, f.n, N)
+    if f.enc in ("bits", "dual") and f.n <= 62:
+        return rng.integers(0, 1 << f.n, N, dtype=np.int64)
+    raise ValueError(f"no random values for {f.name} ({f.enc}, {f.n})")
+
+
+def encode_rows(comp: Compiled, values: dict[str, np.ndarray]) -> np.ndarray:
+    """(N, W) residual rows: `one` = 1, each named input field encoded, the text flag dim 0."""
+    N = len(next(iter(values.values())))
+    missing = [f.name for f in comp.circuit.inputs if f.name not in values]
+    if missing:
+        raise ValueError(f"rows must carry every input field; missing {missing}")
+    X = np.zeros((N, comp.machine.width))
+    X[:, comp.layout.one.start] = 1.0
+    for name, v in values.items():
+        f = comp.layout.fields[name]
+        X[:, f.start:f.stop] = f.encode_many(v)
+    return X
+
+
+def run_paths(comp: Compiled, X: np.ndarray, dtype=torch.float32, paths=("prefill", "decode"), model=None):
+    """X (B, T, W) -> {path: hidden (B, T, W) as float64 numpy}."""
+    model = model or build_machine_model(comp.machine, dtype=dtype)
+    x = as_inputs(X, model)
+    out = {}
+    for p in paths:
+        h = run_prefill(model, x) if p == "prefill" else run_decode(model, x)
+        out[p] = h.float().numpy().astype(np.float64)
+    return out
+
+
+def compare_outputs(comp: Compiled, hidden: np.ndarray, expected: dict[str, np.ndarray]):
+    """{field: (wrong values, margin failures)} over all rows."""
+    res = {}
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    for name, exp in expected.items():
+        val, ok = comp.decode(name, flat)
+        res[name] = (int((val != np.asarray(exp).reshape(-1)).sum()), int((~ok).sum()))
+    return res
+
+
+def check_block(comp: Compiled, block, N: int, rng, B: int = 50, dtype=torch.float32,
+                paths=("prefill", "decode"), values=None):
+    """Drive one combinational block on N random inputs (B sequences of N/B tokens); returns
+    {path: {output field: (wrong, margin failures)}} and the number of inputs."""
+    values = dict(values or {})
+    for f in comp.circuit.inputs:            # every token carries every input field (the norm needs it)
+        if f.name not in values:
+            values[f.name] = random_values(f, rng, N)
+    N = len(next(iter(values.values())))
+    X = encode_rows(comp, values).reshape(B, N // B, -1)
+    hid = run_paths(comp, X, dtype, paths)
+    exp = {f.name: np.zeros(N, dtype=np.int64) for f in block.outputs}
+    for k in range(N):
+        r = block.ref({n: int(v[k]) for n, v in values.items()})
+        for n, v in r.items():
+            exp[n][k] = v
+    return {p: compare_outputs(comp, h, exp) for p, h in hid.items()}, N
+
+
+def expected_outputs(blocks, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every block's Python reference on every row."""
+    N = len(next(iter(values.values())))
+    exp = {}
+    cols = {n: [int(x) for x in v] for n, v in values.items()}
+    for blk in blocks:
+        for f in blk.outputs:
+            exp[f.name] = np.zeros(N, dtype=np.int64)
+        names = [f.name for f in blk.inputs]
+        for k in range(N):
+            r = blk.ref({n: cols[n][k] for n in names})
+            for n, v in r.items():
+                exp[n][k] = v
+    return exp
+
+
+def _mix_b(rng, av, bv):
+    """b: equal to a, one bit off, close (+-300), ~a +- 2 (long carry/borrow chains), uniform."""
+    N = len(av)
+    kind = rng.integers(0, 5, N)
+    return np.select([kind == 0, kind == 1, kind == 2, kind == 3],
+                     [av, av ^ (1 << rng.integers(0, 32, N)), (av + rng.integers(-300, 300, N)) % 2 ** 32,
+                      ((~av) + rng.integers(-2, 3, N)) % 2 ** 32], bv)
+
+
+def _case_gate(op, n):
+    def make(c):
+        from . import blocks as B
+        from .fields import dual
+        xs = [c.input(dual(f"x{i}", 1)) for i in range(n)]
+        return B.gate(c, op, xs, name="y"), None
+    return make
+
+
+def _two_words(c, enc_b="bits"):
+    from .fields import bits, dual
+    return c.input(bits("a", 32)), c.input(bits("b", 32) if enc_b == "bits" else dual("b", 32))
+
+
+def _vals_ab(rng, N, v):
+    v["b"] = _mix_b(rng, v["a"], v["b"])
+    v["a"] = np.where(rng.random(N) < 0.05, 0xDEADBEEF, v["a"])
+    return v
+
+
+def _case(fn, vals=None):
+    def make(c):
+        return fn(c), vals
+    return make
+
+
+def _block_cases():
+    from . import blocks as B
+    from .fields import bits, dual, onehot, rail3
+    cases = {}
+    for op, n in [("AND", 3), ("OR", 4), ("XOR", 2), ("XOR", 5), ("NAND", 2), ("NOR", 3), ("XNOR", 3), ("NOT", 1)]:
+        cases[f"gate_{op}{n}"] = _case_gate(op, n)
+    cases["threshold6"] = _case(lambda c: B.threshold_gate(
+        c, [c.input(bits(f"t{i}", 1)) for i in range(6)], [1, 2, -1, 3, 1, -2], 2, name="y"))
+    for op in ("AND", "OR", "XOR"):
+        cases[f"bitwise_{op}32"] = _case(lambda c, op=op: B.bitwise(c, op, *_two_words(c, "dual"), name="y"))
+    cases["bitwise_NOT32"] = _case(lambda c: B.bitwise(c, "NOT", c.input(bits("a", 32)), name="y"))
+    cases["equal32"] = _case(lambda c: B.equal(c, *_two_words(c), name="y"), _vals_ab)
+    cases["equal32_const"] = _case(lambda c: B.equal(c, _two_words(c)[0], 0xDEADBEEF, name="y"), _vals_ab)
+    cases["compare32_u"] = _case(lambda c: B.compare(c, *_two_words(c), name="y"), _vals_ab)
+    cases["compare32_s"] = _case(lambda c: B.compare(c, *_two_words(c), signed=True, name="y"), _vals_ab)
+
+    def mux(c, sel):
+        words = [c.input(bits(f"w{k}", 32)) for k in range(4)]
+        return B.mux(c, c.input(sel), words, name="y")
+    cases["equal32_tree16"] = _case(lambda c: B.equal(c, *_two_words(c), fanin=16, name="y"), _vals_ab)
+    cases["compare32_u_prefix"] = _case(lambda c: B.compare(c, *_two_words(c), mode="prefix", name="y"), _vals_ab)
+    cases["compare32_s_prefix"] = _case(lambda c: B.compare(c, *_two_words(c), signed=True, mode="prefix",
+                                                           name="y"), _vals_ab)
+    cases["mux4x32_onehot"] = _case(lambda c: mux(c, onehot("s", 4)))
+    cases["mux4x32_binary"] = _case(lambda c: mux(c, bits("s", 2)))
+    cases["add32"] = _case(lambda c: B.adder(c, *_two_words(c), carry_out=True, name="y"), _vals_ab)
+    cases["sub32"] = _case(lambda c: B.adder(c, *_two_words(c), sub=True, carry_out=True, name="y"), _vals_ab)
+    cases["add32_chunk4"] = _case(lambda c: B.adder(c, *_two_words(c, "dual"), chunk=4, name="y"), _vals_ab)
+    cases["add32_prefix"] = _case(lambda c: B.prefix_adder(c, *_two_words(c), name="y"), _vals_ab)
+    cases["sub32_prefix"] = _case(lambda c: B.prefix_adder(c, *_two_words(c), sub=True, name="y"), _vals_ab)
+    cases["add8_1stage"] = _case(lambda c: B.adder(c, c.input(bits("a", 8)), c.input(dual("b", 8)), name="y"))
+    cases["shl32_binary"] = _case(lambda c: B.shift(c, c.input(bits("a", 32)), c.input(bits("k", 5)), name="y"))
+    cases["shr32_binary"] = _case(lambda c: B.shift(c, c.input(bits("a", 32)), c.input(bits("k", 5)),
+                                                   left=False, name="y"))
+    cases["sar32_binary"] = _case(lambda c: B.shift(c, c.input(bits("a", 32)), c.input(bits("k", 5)),
+                                                   left=False, fill="sign", name="y"))
+    cases["shl16_onehot"] = _case(lambda c: B.shift(c, c.input(bits("a", 16)), c.input(onehot("k", 16)), name="y"))
+
+    def rb_vals(rng, N, v):
+        v["r"] = np.where(rng.random(N) < 0.3, -1, rng.integers(0, 2 ** 16, N))   # -1: absent
+        return v
+    cases["read_bits16"] = _case(lambda c: B.read_bits(c, c.input(rail3("r", 16)), name="y", with_present=True),
+                                 rb_vals)
+    return cases
+
+
+BLOCK_CASES = _block_cases()
+
+
+def lean_config(c) -> dict:
+    """The smallest config that holds an MLP-only circuit's widest stage, with one tiny linear head
+    (fast sweeps: the compiler reads any config; on CPU the chunked delta rule's batched triangular
+    solves dominate, so fewer/smaller heads make the prefill path cheap)."""
+    from .circuit import MLPStage
+    widest = max([st.neurons for st in c.stages if isinstance(st, MLPStage)] + [1])
+    I = -(-(widest + 1) // 64) * 64
+    return dict(TINY, intermediate_size=I, linear_num_key_heads=1, linear_num_value_heads=1,
+                linear_key_head_dim=4, linear_value_head_dim=4)
+
+
+def block_case(label: str, config=None):
+    """(Compiled, block, values(rng, N)) for one library block alone in its own circuit."""
+    from .circuit import Circuit
+    c = Circuit(label)
+    blk, extra = BLOCK_CASES[label](c)
+    comp = compile_circuit(c, config or lean_config(c))
+
+    def values(rng, N):
+        v = {}
+        for f in c.inputs:
+            v[f.name] = (np.full(N, -1) if f.enc == "rail3" else random_values(f, rng, N))
+        return extra(rng, N, v) if extra else v
+    return comp, blk, values
+
+
+def run_block(label: str, N=10_240, dtype=torch.float32, seed=0, config=None,
+              shapes={"prefill": 160, "decode": 512}):
+    """Drive one block alone on N random inputs on both paths (prefill as 160 sequences of 64 tokens,
+    one chunk each; decode as 512 sequences of 20 tokens). Returns ({path: (wrong outputs, margin failures)}, block, comp)."""
+    comp, blk, values = block_case(label, config)
+    rng = np.random.default_rng(seed)
+    nbits = sum(f.n for f in comp.circuit.inputs)
+    if all(f.enc in ("bits", "dual") for f in comp.circuit.inputs) and (1 << nbits) <= N:
+        # fewer inputs than N: all of them, once
+        N = 1 << nbits
+        allv = np.arange(N)
+        v, sh = {}, 0
+        for f in comp.circuit.inputs:
+            v[f.name] = (allv >> sh) & ((1 << f.n) - 1)
+            sh += f.n
+        shapes = {"prefill": max(1, N // 64), "decode": max(1, N // 4)}
+    else:
+        v = values(rng, N)
+    X = encode_rows(comp, v)
+    if blk.kind == "read_bits":
+        rv = v[blk.inputs[0].name]
+        exp = {blk.outputs[0].name: np.where(rv < 0, 0, rv)}
+        if len(blk.outputs) > 1:
+            exp[blk.outputs[1].name] = (rv >= 0).astype(np.int64)
+    else:
+        exp = expected_outputs([blk], v)
+    model = build_machine_model(comp.machine, dtype=dtype)
+    out = {}
+    for p, B in shapes.items():
+        h = run_paths(comp, X.reshape(B, N // B, -1), dtype, (p,), model=model)[p]
+        res = compare_outputs(comp, h, exp)
+        out[p] = (sum(w for w, _ in res.values()), sum(m for _, m in res.values()))
+    out["N"] = N
+    return out, blk, comp
+
+
+def memory_circuit(slots=16, wbits=32, lanes=1, waddr_enc="bits", raddr_enc="onehot", data_enc="bits",
+                   read_enable=True, reset=True, with_read_bits=True):
+    """One memory port with its inputs as token fields: wa, ra, d0..d{lanes-1}, we0.., re, rs."""
+    from . import blocks as B
+    from .circuit import Circuit
+    from .fields import bits, dual, onehot
+    c = Circuit("memory")
+    nb = max(1, (slots - 1).bit_length())
+    wa = c.input(bits("wa", nb) if waddr_enc == "bits" else onehot("wa", slots))
+    ra = c.input(bits("ra", nb) if raddr_enc == "bits" else onehot("ra", slots))
+    data = [c.input((bits if data_enc == "bits" else dual)(f"d{l}", wbits)) for l in range(lanes)]
+    we = [c.input(dual(f"we{l}", 1)) for l in range(lanes)]
+    re = c.input(dual("re", 1)) if read_enable else None
+    rs = c.input(dual("rs", 1)) if reset else None
+    blk = B.memory(c, "m", slots, wbits, wa, ra, data, we=[w.bit(0) for w in we],
+                   re=re.flag() if re is not None else None, reset=rs.bit(0) if rs is not None else None)
+    rbs = [B.read_bits(c, f, name=f"w{l}", with_present=True) for l, f in enumerate(blk.outputs)] \
+        if with_read_bits else []
+    return c, blk, rbs
+
+
+def memory_program(c, blk, rng, B, T, p_write=0.4, p_read=0.8, p_reset=0.02, p_same=0.3):
+    """Random programs (B sequences of T tokens) of writes / reads / resets and the Python model's
+    expected read of every token: (values {field: (B*T,)}, expected {rail3 field: (B*T,), -1 = absent})."""
+    port = blk.stages[0].ports[0]
+    slots = min(port.slots, 1 << port.waddr.n) if port.waddr.enc == "bits" else port.waddr.n
+    lanes = port.lanes
+    names = [f.name for f in c.inputs]
+    vals = {n: np.zeros((B, T), dtype=np.int64) for n in names}
+    exp = {f.name: np.zeros((B, T), dtype=np.int64) for f in port.out}
+    for b in range(B):
+        model = blk.ref.__class__(port)
+        hot = rng.integers(0, slots, 3)          # a few hot addresses so reads often hit written cells
+        for t in range(T):
+            wa = int(rng.choice(hot)) if rng.random() < 0.5 else int(rng.integers(slots))
+            ra = wa if rng.random() < p_same else (int(rng.choice(hot)) if rng.random() < 0.6 else int(rng.integers(slots)))
+            v = {"wa": wa, "ra": ra}
+            for l in range(lanes):
+                v[f"d{l}"] = int(rng.integers(0, 1 << port.wbits)) if port.wbits < 63 else 0
+                v[f"we{l}"] = int(rng.random() < p_write)
+            v["re"] = int(rng.random() < p_read) if "re" in names else 1
+            v["rs"] = int(rng.random() < p_reset) if "rs" in names else 0
+            out = model.step({**v, "_we": [v[f"we{l}"] for l in range(lanes)], "_re": v["re"], "_reset": v["rs"]})
+            for n in names:
+                vals[n][b, t] = v[n]
+            for n, o in out.items():
+                exp[n][b, t] = -1 if o is None else o
+    return {n: a.reshape(-1) for n, a in vals.items()}, {n: a.reshape(-1) for n, a in exp.items()}
+
+
+def run_memory(config=None, B=40, T=256, seed=0, dtype=torch.float32, paths=("prefill", "decode"), **kw):
+    """Compile a memory circuit, run random programs on both paths; returns
+    ({path: {field: (wrong, margin failures)}}, Compiled)."""
+    c, blk, rbs = memory_circuit(**kw)
+    comp = compile_circuit(c, config or TINY)
+    rng = np.random.default_rng(seed)
+    vals, exp = memory_program(c, blk, rng, B, T)
+    for l, rb in enumerate(rbs):
+        e = exp[blk.outputs[l].name]
+        exp[rb.outputs[0].name] = np.where(e < 0, 0, e)
+        exp[rb.outputs[1].name] = (e >= 0).astype(np.int64)
+    X = encode_rows(comp, vals).reshape(B, T, -1)
+    hid = run_paths(comp, X, dtype, paths)
+    return {p: compare_outputs(comp, h, exp) for p, h in hid.items()}, comp
