@@ -1,6 +1,5 @@
 """The reference interpreter against outputs a real NVIDIA H200 produced (../shared/gpu-truth)."""
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +8,12 @@ import pytest
 from gpu_layers.cases import load_cases
 from gpu_layers.interp import run_case
 
-ROOT = Path(__file__).resolve().parents[1]
-TRUTH_DIR = Path(os.environ.get("QWENGPU_GPU_TRUTH") or ROOT.parent / "shared" / "gpu-truth")
+from conftest import TRUTH_DIR, require_gpu_truth
 
-pytestmark = pytest.mark.skipif(not (TRUTH_DIR / "cases.json").is_file(),
-                                reason=f"gpu-truth folder not found at {TRUTH_DIR}")
+
+@pytest.fixture(autouse=True)
+def _truth_present():
+    require_gpu_truth()
 
 
 def _cases():
@@ -72,17 +72,6 @@ def test_results_do_not_depend_on_lanes(case):
     assert runs[32].lane_issues == base.steps
 
 
-def _nvcc_available():
-    try:
-        from gpu_layers.nvcc import find_nvcc
-
-        find_nvcc()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(not _nvcc_available(), reason="nvcc not available")
 def test_nvcc_reproduces_ptx():
     from gpu_layers.cases import compile_cached
 

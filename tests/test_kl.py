@@ -52,7 +52,6 @@ def test_kl_catches_the_leak_without_suppression(host, ids):
 
 def test_compiler_demo_machine_keeps_kl_tiny(host, ids):
     """The layer compiler's demo circuit (7 layers, W=799, 2129 machine tokens) spliced in."""
-    pytest.importorskip("gpu_layers.craft.demo_regfile")
     machine, desc = demo_machine(host.config)
     assert desc.startswith("compiler demo"), desc
     s = kl_stats(host, splice(host, machine), ids[:256])

@@ -1,5 +1,4 @@
 """gpu_layers.ptx.parser: PTX text -> typed IR."""
-from pathlib import Path
 
 import pytest
 
@@ -162,17 +161,10 @@ def test_integer_literal_forms():
     assert vals == [255, 8, 5, 7]
 
 
-def _truth_dir():
-    import os
-
-    root = Path(__file__).resolve().parents[1]
-    return Path(os.environ.get("QWENGPU_GPU_TRUTH") or root.parent / "shared" / "gpu-truth")
-
-
 def test_parses_every_gpu_truth_ptx():
-    files = sorted(_truth_dir().glob("*.ptx"))
-    if not files:
-        pytest.skip("gpu-truth not found")
+    from conftest import require_gpu_truth
+
+    files = sorted(require_gpu_truth().glob("*.ptx"))
     for f in files:
         m = parse_ptx(f.read_text())
         k = m.kernel(f.stem)

@@ -267,7 +267,7 @@ def test_compiler_output_splices_exactly(host):
     """A machine from the layer compiler (gpu_layers.craft: a memory circuit compiled for this
     host's budgets), driven through the spliced model by input rows: its decoded outputs are right
     on the prefill and decode paths and match the machine-only model; host dims stay exact 0."""
-    testing = pytest.importorskip("gpu_layers.craft.testing")
+    from gpu_layers.craft import testing
     import numpy as np
     from transformers.cache_utils import DynamicCache
 
@@ -306,7 +306,7 @@ def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(host):
     """The compiler's demo (a 4-lane register file with an adder; 7 layers, 2129 machine tokens)
     spliced into the host: every token the machine must emit wins the argmax over the FULL spliced
     vocabulary, and stock greedy `generate` produces the sum bytes."""
-    demo_mod = pytest.importorskip("gpu_layers.craft.demo_regfile")
+    from gpu_layers.craft import demo_regfile as demo_mod
     import numpy as np
 
     demo = demo_mod.build_regfile(host.config)

@@ -74,14 +74,9 @@ def test_validation_happens_before_execution():
 
 
 def test_gpu_truth_kernels_validate(tmp_path):
-    from pathlib import Path
-    import os
+    from conftest import require_gpu_truth
 
-    root = Path(__file__).resolve().parents[1]
-    d = Path(os.environ.get("QWENGPU_GPU_TRUTH") or root.parent / "shared" / "gpu-truth")
-    files = sorted(d.glob("*.ptx"))
-    if not files:
-        pytest.skip("gpu-truth not found")
+    files = sorted(require_gpu_truth().glob("*.ptx"))
     for f in files:
         validate(parse_ptx(f.read_text()))
 
