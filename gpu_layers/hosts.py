@@ -366,25 +366,23 @@ def model_nbytes(model) -> int:
     return total
 
 
-def rss_bytes() -> int:
-    """Current resident memory of this process (Linux), 0 where unknown."""
+def _proc_status_bytes(key: str) -> int:
+    """A byte figure from /proc/self/status (Linux), 0 where unknown."""
     try:
         with open(f"/proc/{os.getpid()}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def rss_bytes() -> int:
+    """Current resident memory of this process."""
+    return _proc_status_bytes("VmRSS")
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux VmHWM), 0 where unknown."""
-    try:
-        with open(f"/proc/{os.getpid()}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """Peak resident memory of this process so far (VmHWM)."""
+    return _proc_status_bytes("VmHWM")

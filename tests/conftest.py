@@ -16,3 +16,14 @@ def require_gpu_truth() -> Path:
             pytest.fail(msg)
         pytest.skip(msg)
     return TRUTH_DIR
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Small batched torch ops: one thread is several times faster than two on a busy 2-core machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

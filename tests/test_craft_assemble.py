@@ -14,12 +14,7 @@ from gpu_layers.craft.machine_model import build_machine_model
 from gpu_layers.craft.testing import TINY, encode_rows, random_values
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("f,vals", [(bits("a", 7), [0, 5, 127]), (dual("b", 5), [0, 31, 9]),

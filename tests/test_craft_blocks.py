@@ -9,13 +9,7 @@ import torch
 from gpu_layers.craft.testing import BLOCK_CASES, run_block
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small batched ops: one thread is several times faster than two on a busy 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 DEPTH = {"equal32": 2, "compare32_u": 2, "compare32_s": 2, "add32": 3, "sub32": 3, "add32_chunk4": 3,
          "add8_1stage": 1, "add32_prefix": 7, "sub32_prefix": 7,

@@ -9,12 +9,7 @@ import torch
 from gpu_layers.craft.testing import TINY, run_memory
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _assert_exact(res):

@@ -377,13 +377,7 @@ def _align(x, a):
 
 def make_layout(kernel) -> Layout:
     module_vars = kernel.module.vars if kernel.module is not None else []
-    used = set()
-    for ins in kernel.instructions:
-        for op in ins.operands:
-            if isinstance(op, Sym):
-                used.add(op.name)
-            elif isinstance(op, Addr) and isinstance(op.base, Sym):
-                used.add(op.base.name)
+    used = kernel.used_symbols()
     shared, local = {}, {}
     off = 0
     externs = []

@@ -187,6 +187,19 @@ class Kernel:
                 out[n] = d.type
         return out
 
+    def used_symbols(self) -> set:
+        """Names of variables the instructions refer to (directly, as an address base, in a vector)."""
+        used = set()
+        for ins in self.instructions:
+            for op in ins.operands:
+                if isinstance(op, Sym):
+                    used.add(op.name)
+                elif isinstance(op, Addr) and isinstance(op.base, Sym):
+                    used.add(op.base.name)
+                elif isinstance(op, Vec):
+                    used.update(e.name for e in op.elems if isinstance(e, Sym))
+        return used
+
 
 @dataclass
 class Module:

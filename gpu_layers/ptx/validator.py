@@ -313,15 +313,7 @@ def validate_kernel(module: Module, kernel: Kernel) -> list[str]:
     problems = []
     for line, text in module.unsupported:
         problems.append(f"line {line}: {text}")
-    used = set()
-    for ins in kernel.instructions:
-        for op in ins.operands:
-            if isinstance(op, Sym):
-                used.add(op.name)
-            elif isinstance(op, Addr) and isinstance(op.base, Sym):
-                used.add(op.base.name)
-            elif isinstance(op, Vec):
-                used.update(e.name for e in op.elems if isinstance(e, Sym))
+    used = kernel.used_symbols()
     for v in module.vars:       # module-level variables matter only where the kernel uses them
         if v.name not in used:
             continue
