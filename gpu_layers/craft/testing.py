@@ -6,12 +6,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gpu_layers.hosts import TINY_CONFIG
+
 from .assemble import Compiled, compile_circuit
 from .machine_model import as_inputs, build_machine_model, run_decode, run_prefill
 
 # A tiny host's shapes (the test host of the splice); the compiler reads whatever config it gets.
-TINY = dict(intermediate_size=1536, linear_num_key_heads=8, linear_num_value_heads=8, linear_key_head_dim=32,
-            linear_value_head_dim=64, linear_conv_kernel_dim=4, rms_norm_eps=1e-6)
+# The layer budgets of the tiny test host (gpu_layers.hosts.TINY_CONFIG), the shapes the tests compile for.
+TINY = {k: TINY_CONFIG[k] for k in ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
+                                    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                                    "rms_norm_eps")}
 
 
 def random_values(f, rng, N):

@@ -1133,6 +1133,16 @@ def _check_members(W, act, M, what):
     return amask
 
 
+def _commit(R, d, p, results):
+    """Write (lane, value, predicate) results after every lane has read (warp-wide exchanges)."""
+    D = R[d]
+    P = R[p] if p is not None else None
+    for l, v, pv in results:
+        D[l] = v
+        if P is not None:
+            P[l] = pv
+
+
 def _shfl(mode, d, p, a, b, c, m):
     def h(W, act, active):
         R = W.R
@@ -1164,12 +1174,7 @@ def _shfl(mode, d, p, a, b, c, m):
                 raise ExecutionError(f"shfl.sync.{mode}: thread {W.thread_name(l)} reads lane {j}, "
                                      f"which does not execute the shuffle (undefined value)")
             out.append((l, A[j], int(pval)))
-        D = R[d]
-        P = R[p] if p is not None else None
-        for l, v, pv in out:
-            D[l] = v
-            if P is not None:
-                P[l] = pv
+        _commit(R, d, p, out)
     return h
 
 
@@ -1227,12 +1232,7 @@ def _match(mode, d, p, a, m):
             else:
                 same = all(A[j] == A[l] for j in lanes)
                 res.append((l, mm if same else 0, int(same)))
-        D = R[d]
-        P = R[p] if p is not None else None
-        for l, v, pv in res:
-            D[l] = v
-            if P is not None:
-                P[l] = pv
+        _commit(R, d, p, res)
     return h
 
 
