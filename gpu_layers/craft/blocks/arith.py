@@ -20,16 +20,21 @@ from ..fields import Field, Lin, lsum
 from .base import MLPBuilder, finish, out_field
 
 
-def adder(c: Circuit, a: Field, b: Field, sub: bool = False, chunk: int = 8, carry_out: bool = False,
-          name: str | None = None, enc: str = "bits"):
-    """a + b (or a - b) mod 2^n into a new bits field `name` (and `name_cout` when carry_out)."""
+def _operands(a: Field, b: Field, sub: bool):
+    """(n, carry in, a's bits, b's bits or their complements) of a + b, or a - b = a + ~b + 1."""
     n = a.n
     if b.n != n:
         raise CircuitError("adder needs equal widths")
-    name = name or c.unique("sub" if sub else "add")
-    cin = 1.0 if sub else 0.0
     A = [a.bit(i) for i in range(n)]
     B = [(1.0 - b.bit(i)) if sub else b.bit(i) for i in range(n)]
+    return n, (1.0 if sub else 0.0), A, B
+
+
+def adder(c: Circuit, a: Field, b: Field, sub: bool = False, chunk: int = 8, carry_out: bool = False,
+          name: str | None = None, enc: str = "bits"):
+    """a + b (or a - b) mod 2^n into a new bits field `name` (and `name_cout` when carry_out)."""
+    n, cin, A, B = _operands(a, b, sub)
+    name = name or c.unique("sub" if sub else "add")
     nch = (n + chunk - 1) // chunk
     chunks = [list(range(ch * chunk, min(n, (ch + 1) * chunk))) for ch in range(nch)]
     stages = []
@@ -127,13 +132,8 @@ def prefix_adder(c: Circuit, a: Field, b: Field, sub: bool = False, name: str | 
     """a + b (or a - b) mod 2^n with a Kogge-Stone prefix carry tree (`prefix_carries`): every
     threshold has a tiny range (|t| / margin <= 5), which keeps it exact in bf16 too, at depth
     2 + ceil(log2(n - 1)); the sum bit is s_i = parity(a_i + b_i + c_i), c_0 = cin, c_i = G_{i-1}."""
-    n = a.n
-    if b.n != n:
-        raise CircuitError("adder needs equal widths")
+    n, cin, A, Bv = _operands(a, b, sub)
     name = name or c.unique("psub" if sub else "padd")
-    cin = 1.0 if sub else 0.0
-    A = [a.bit(i) for i in range(n)]
-    Bv = [(1.0 - b.bit(i)) if sub else b.bit(i) for i in range(n)]
     G, stages = prefix_carries(c, name, A, Bv, cin, n - 2) if n > 1 else ([], [])
     out = out_field(c, name, enc, n)
     ms = MLPBuilder(c, name)
