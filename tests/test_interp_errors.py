@@ -75,8 +75,10 @@ def test_wild_pointer_and_out_of_range_local():
 
 def test_uninitialised_local_memory_read():
     decls = "\t.local .align 4 .b8 \tdepot[8];\n"
-    k = _k("\tst.local.u32 \t[depot], 1;\n\tld.local.u32 \t%r1, [depot+4];\n", decls=decls)
-    with pytest.raises(UninitializedRead, match="local"):
+    load = "\tst.local.u32 \t[depot], 1;\n\tld.local.u32 \t%r1, [depot+4];\n"
+    launch(_k(load, decls=decls), 1, 1, [np.zeros(4, np.int32)])      # an unused undefined value
+    k = _k(load + "\tst.global.u32 \t[%rd9], %r1;\n", decls=decls)
+    with pytest.raises(UninitializedRead, match=r"%r1.*ld.local.u32.*nothing has written"):
         launch(k, 1, 1, [np.zeros(4, np.int32)])
 
 
@@ -166,8 +168,9 @@ def test_padding_inside_a_partly_written_access_reads_as_zero():
 """
     res = launch(_k(body, decls=decls), 1, 1, [np.zeros(2, np.int32)])
     assert list(res.buffers[0]) == [12, 256]
-    k = _k("\tst.local.u32 \t[depot], 5;\n\tld.local.v2.u32 \t{%r1, %r2}, [depot+8];\n", decls=decls)
-    with pytest.raises(UninitializedRead, match="8-byte load"):
+    k = _k("\tst.local.u32 \t[depot], 5;\n\tld.local.v2.u32 \t{%r1, %r2}, [depot+8];\n"
+           "\tst.global.u32 \t[%rd9], %r2;\n", decls=decls)
+    with pytest.raises(UninitializedRead, match=r"%r2.*ld.local.v2.u32.*nothing has written"):
         launch(k, 1, 1, [np.zeros(2, np.int32)])
 
 

@@ -225,10 +225,14 @@ def test_integer_division_and_remainder_truncate():
         assert out[t] == q * 1000 + r + (t // 7) * 100000 + (t % 7) * 10000000
 
 
-def test_division_by_zero_is_an_execution_error():
-    with pytest.raises(ExecutionError, match="division by zero") as ei:
-        run_body("\tdiv.u32 \t%r1, 5, %r100;\n")
-    assert "line" in str(ei.value)
+def test_division_by_zero_is_undefined_and_an_error_once_stored():
+    # the quotient is poison (PTX: unspecified); discarding it is fine, storing it is an error
+    out, _ = run_body("\tdiv.u32 \t%r1, 5, %r100;\n\tst.global.u32 \t[%rd9], 1;\n")
+    assert list(out) == [1] * 32
+    with pytest.raises(UninitializedRead, match="division by zero") as ei:
+        run_body("\tdiv.u32 \t%r1, 5, %r100;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    msg = str(ei.value)
+    assert "%r1" in msg and "thread (0,0,0)" in msg and "line" in msg
 
 
 def test_shifts_clamp_and_wide_multiplies():
@@ -334,13 +338,24 @@ def test_vote_and_ballot():
     assert all(out == (0x11111111 ^ 5 ^ 0xFFFFFFFF))
 
 
-def test_membermask_naming_an_inactive_thread_is_an_error():
+def test_shfl_waits_for_named_threads_until_they_exit():
+    # lanes 0-15 exit; the full-mask shuffle of lanes 16-31 waits for them, then runs without them
     body = """\tsetp.lt.u32 \t%p1, %r100, 16;
 \t@%p1 bra \tL_skip;
 \tshfl.sync.bfly.b32 \t%r2, %r100, 1, 31, -1;
+\tst.global.u32 \t[%rd9], %r2;
 L_skip:
 """
-    with pytest.raises(ExecutionError, match="membermask"):
+    out, _ = run_body(body)
+    assert list(out[:16]) == [0] * 16 and list(out[16:]) == [t ^ 1 for t in range(16, 32)]
+    # reading the value of a lane that has exited is undefined: an error naming the lane
+    with pytest.raises(ExecutionError, match="reads lane 1, which has exited"):
+        run_body(body.replace("bfly.b32 \t%r2, %r100, 1,", "bfly.b32 \t%r2, %r100, 17,"))
+
+
+def test_executing_thread_outside_its_own_membermask_is_an_error():
+    body = "\tshfl.sync.bfly.b32 \t%r2, %r100, 1, 31, 65535;\n"
+    with pytest.raises(ExecutionError, match="not in its membermask"):
         run_body(body)
 
 
@@ -381,8 +396,9 @@ L_join:
     assert res.steps == 13
 
 
-def test_loop_divergence_reconverges_after_the_loop():
-    # each thread loops tid times; afterwards the warp must be whole again
+def test_divergent_loop_runs_ahead_then_reconverges_at_syncwarp():
+    # thread t loops t times. By the cursor rule each thread leaving the loop runs ahead alone
+    # (its activemask is itself); __syncwarp (bar.warp.sync) makes the warp whole again.
     body = """\tmov.u32 \t%r1, 0;
 \tmov.u32 \t%r2, 0;
 L_loop:
@@ -393,11 +409,27 @@ L_loop:
 \tbra.uni \tL_loop;
 L_done:
 \tactivemask.b32 \t%r3;
+\tbar.warp.sync \t-1;
+\tactivemask.b32 \t%r4;
 \tst.global.u32 \t[%rd9], %r3;
-\tst.global.u32 \t[%rd9], %r2;
+\tst.global.u32 \t[%rd9+128], %r4;
+\tst.global.u32 \t[%rd9+256], %r2;
 """
-    out, res = run_body(body, trace=True)
-    assert list(out) == [t * (t - 1) // 2 for t in range(32)]
+    res = run_ptx(kernel_ptx(OUT + body + "\tret;\n"), 1, 32, [np.zeros(96, np.uint32)], trace=True)
+    out = res.buffers[0]
+    assert list(out[:32]) == [1 << t for t in range(32)]
+    assert list(out[32:64]) == [0xFFFFFFFF] * 32
+    assert list(out[64:]) == [t * (t - 1) // 2 for t in range(32)]
+    code = res.trace
+    sync_pc = _pc_of(body, "bar.warp.sync")
+    after = [m for _, _, pc, m in code if pc > sync_pc]
+    assert after and all(m == 0xFFFFFFFF for m in after)      # one step each, whole warp
+
+
+def _pc_of(body, opcode):
+    """Index of the first instruction starting with `opcode` in OUT + body."""
+    lines = [ln.strip() for ln in (OUT + body).splitlines() if ln.strip() and not ln.strip().endswith(":")]
+    return next(i for i, ln in enumerate(lines) if ln.startswith(opcode))
 
 
 def test_barrier_orders_shared_memory_between_warps():
@@ -575,8 +607,15 @@ def test_warp_sync_requires_the_named_threads():
     ok = "\tbar.warp.sync \t-1;\n\tst.global.u32 \t[%rd9], 1;\n"
     out, _ = run_body(ok)
     assert list(out) == [1] * 32
-    bad = "\tsetp.lt.u32 \t%p1, %r100, 3;\n\t@%p1 bra \tL_x;\n\tbar.warp.sync \t-1;\nL_x:\n"
-    with pytest.raises(ExecutionError, match="bar.warp.sync"):
+    # lanes 0-2 leave early and exit: the others' __syncwarp does not wait for exited threads
+    early = "\tsetp.lt.u32 \t%p1, %r100, 3;\n\t@%p1 bra \tL_x;\n\tbar.warp.sync \t-1;\n" \
+            "\tst.global.u32 \t[%rd9], 1;\nL_x:\n"
+    out, _ = run_body(early)
+    assert list(out) == [0] * 3 + [1] * 29
+    # lanes 0-2 wait at a block barrier the others never reach: a deadlock, not a hang
+    bad = "\tsetp.lt.u32 \t%p1, %r100, 3;\n\t@%p1 bra \tL_x;\n\tbar.warp.sync \t-1;\n" \
+          "\tbra.uni \tL_y;\nL_x:\n\tbar.sync \t0;\nL_y:\n"
+    with pytest.raises(ExecutionError, match=r"deadlocked.*bar.warp.sync.*\[0, 1, 2\].*barrier"):
         run_body(bad)
 
 

@@ -12,10 +12,17 @@ zero-extended otherwise (a "post" step). Each handler is `fn(warp, lanes)` (warp
 `fn(warp, lanes, active)`) and only touches the lanes it is given (the active threads whose
 guard holds). Every handler family corresponds to one `Form.kind` of ptx.validator.SUPPORTED.
 
-Undefined operations raise ExecutionError rather than guess:
-  * integer div/rem by zero, and signed MIN / -1 (PTX: unspecified machine-specific value);
-  * shfl/vote with a membermask naming a thread that is not executing the instruction, or
-    executed by a thread not in its own membermask; shfl reading from a non-participating lane.
+Undefined values (see machine.py, "Undefined values"): None in a column is poison. Each decoded
+instruction says how poison in its inputs behaves (`Decoded.pmode`): "prop" (the results are
+poison), "select" (selp: only the selected operand or the predicate matters), "and" / "or" (a
+dominating clean operand decides: x & 0, x | ~0), or "strict" (observable: the machine raises).
+Integer div/rem by zero and signed MIN / -1 give poison (PTX: an unspecified value); a load of
+memory nothing has written gives poison.
+
+Warp-synchronous instructions (shfl/vote/match/bar.warp.sync) are executed by the machine once every
+thread their membermasks name has arrived or exited; the handlers then check the membermask rule
+(a thread executing it must be in its own mask) and a shfl reading from a lane that does not
+take part, or whose value is undefined, raises.
 """
 from __future__ import annotations
 
@@ -23,15 +30,20 @@ import operator
 import struct
 from dataclasses import dataclass, field
 
-from gpu_layers.errors import ExecutionError, UnsupportedPTX
+from gpu_layers.errors import ExecutionError, UninitializedRead, UnsupportedPTX
 from gpu_layers.interp import fp
 from gpu_layers.interp.memory import GLOBAL_BASE, LOCAL_WINDOW, M64, SHARED_WINDOW, WINDOW_SIZE
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, FImm, Imm, Pair, Reg, Sink, Sym, Vec
 from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
 
 
-class UndefinedOperation(ExecutionError):
-    """An operation whose PTX result is unspecified (e.g. integer division by zero)."""
+# Form kinds whose inputs are observable: poison in any read register is an error (addresses,
+# stored values, atomic operands, warp exchanges, control). Every other kind propagates poison.
+STRICT_KINDS = frozenset({"ld", "st", "atom", "red", "shfl", "vote", "match", "warpsync",
+                          "activemask", "bar", "bra", "exit", "nop"})
+# Kinds that can make poison from clean inputs, and why (the origin named in errors).
+MAY_POISON = {"idiv": "integer division by zero or overflow", "irem": "integer division by zero",
+              "ld": "a load of memory nothing has written"}
 
 
 def mask(bits):
@@ -120,10 +132,8 @@ def _int_fn(kind, mods, t):
 
         def divrem(x, y, rem=(kind == "irem")):
             a, b = val(x), val(y)
-            if b == 0:
-                raise UndefinedOperation("integer division by zero (PTX: unspecified result)")
-            if signed and a == lo and b == -1:
-                raise UndefinedOperation("signed division overflow MIN / -1 (PTX: unspecified result)")
+            if b == 0 or (signed and a == lo and b == -1):
+                return None         # PTX: an unspecified value (poison)
             q = abs(a) // abs(b)
             if (a < 0) != (b < 0):
                 q = -q
@@ -357,6 +367,13 @@ class Decoded:
     gname: str = ""
     target: int = 0             # branch target index / barrier thread count (0: whole block)
     reads: list = field(default_factory=list)   # [(column, register name)] checked before use
+    dsts: list = field(default_factory=list)    # columns written
+    pmode: str = "strict"       # poison rule: "strict", "prop", "select", "and", "or"
+    pargs: tuple = ()           # select: (predicate column,); and/or: ((column, mask), (column, mask))
+    lenient: tuple = ()         # read columns whose poison the handler judges lane by lane
+    may_poison: str = ""        # why this instruction can produce poison from clean inputs
+    mcol: int | None = None     # membermask column of a warp-synchronous instruction
+    sync: str = ""              # "pc": waits at this instruction; "any": at any bar.warp.sync
 
 
 @dataclass
@@ -493,12 +510,21 @@ class Program:
             return self._const((self.sym_addr(op.base.name) + op.offset) & mask(bits))
         raise _Bad(f"operand {op} cannot be read")
 
+    def _plain_col(self, op, bits):
+        """The column an operand is read from before any truncation (for the poison rules)."""
+        if isinstance(op, Reg) and op.name in self.regcol:
+            return self.regcol[op.name]
+        return self.src(op, bits, _State())
+
     def dst(self, op, bits, signed, st):
         if isinstance(op, Sink):
-            return self._new_scratch("_")
+            c = self._new_scratch("_")
+            st.dsts.append(c)
+            return c
         if not isinstance(op, Reg) or op.name not in self.regcol:
             raise _Bad(f"operand {op} cannot be written")
         c = self.regcol[op.name]
+        st.dsts.append(c)
         rb = self.regbits[op.name]
         if rb > bits and signed and bits > 1:
             sx = _sx(bits)
@@ -540,6 +566,13 @@ class Program:
         d.line = ins.line
         d.text = str(ins)
         d.reads = st.reads
+        d.dsts = st.dsts
+        if st.pmode is not None:
+            d.pmode, d.pargs = st.pmode, st.pargs
+        elif d.kind == "op" and form.kind not in STRICT_KINDS:
+            d.pmode = "prop"
+        d.lenient = tuple(st.lenient)
+        d.may_poison = MAY_POISON.get(form.kind, "")
         if st.pre or st.post:
             d.fn = _wrap(d.fn, st.pre, st.post, d.kind == "warp")
         if ins.guard is not None:
@@ -580,7 +613,12 @@ class Program:
         if k in ("imul24", "imad24"):
             return lanewise(_int_fn(k, mods, t), 2 if k == "imul24" else 3)
         if k == "logic":
-            return lanewise(_logic_fn(ins.opcode, t), 2)
+            dec = lanewise(_logic_fn(ins.opcode, t), 2)
+            if ins.opcode in ("and", "or"):
+                M = 1 if t == "pred" else mask(w)
+                st.pmode = ins.opcode
+                st.pargs = tuple((self._plain_col(o, w), M) for o in ops[1:3])
+            return dec
         if k == "not":
             e = Expr(_EXPRS["not"], t if t != "pred" else None)
             if t == "pred":
@@ -623,7 +661,7 @@ class Program:
             return lanewise(lambda a, b: (b & 0x7FFFFFFF) | (a & fp.SIGN), 2)
         if k == "warpsync":
             m = self.src(ops[0], 32, st)
-            return Decoded("warp", _warpsync(m), 0, "")
+            return Decoded("warp", _warpsync(m), 0, "", mcol=m, sync="any")
         if k == "shf":
             return lanewise(_shf_fn(mods[0], mods[1]), 3)
         if k == "setp":
@@ -644,6 +682,8 @@ class Program:
                 cmp = eval("lambda x, y: " + cmp.text, dict(cmp.env))
             return Decoded("op", _setp_full(cmp, boolop, p, q, a, b, c), 0, "")
         if k == "selp":
+            st.pmode = "select"
+            st.pargs = (self._plain_col(ops[3], 1),)
             return lanewise(Expr(_EXPRS["selp"]), 3, sbits=[w, w, 1])
         if k == "mov":
             return self._decode_mov(ins, st, t, w)
@@ -693,7 +733,7 @@ class Program:
                 d, p = self.dst(dop, 32, False, st), None
             a = self.src(ops[1], w, st)
             m = self.src(ops[2], 32, st)
-            return Decoded("warp", _match(mods[0], d, p, a, m), 0, "")
+            return Decoded("warp", _match(mods[0], d, p, a, m), 0, "", mcol=m, sync="pc")
         if k == "activemask":
             d = self.dst(ops[0], 32, False, st)
             return Decoded("warp", _activemask(d), 0, "")
@@ -804,7 +844,9 @@ class Program:
         else:
             d, p = self.dst(dop, 32, False, st), None
         a, b, c, m = (self.src(o, 32, st) for o in ops[1:])
-        return Decoded("warp", _shfl(mode, d, p, a, b, c, m), 0, "")
+        if isinstance(ops[1], Reg) and ops[1].name in self.regcol:
+            st.lenient.append(self.regcol[ops[1].name])
+        return Decoded("warp", _shfl(mode, d, p, a, b, c, m, str(ops[1])), 0, "", mcol=m, sync="pc")
 
     def _decode_vote(self, ins, st):
         ops = ins.operands
@@ -813,7 +855,7 @@ class Program:
         d = self.dst(ops[0], 32 if ballot else 1, False, st)
         p = self.src(ops[1], 1, st)
         m = self.src(ops[2], 32, st)
-        return Decoded("warp", _vote(mode, d, p, m), 0, "")
+        return Decoded("warp", _vote(mode, d, p, m), 0, "", mcol=m, sync="pc")
 
 
 class _Bad(Exception):
@@ -825,6 +867,10 @@ class _State:
         self.pre = []
         self.post = []
         self.reads = []
+        self.dsts = []          # columns the instruction writes
+        self.pmode = None       # poison rule when not the kind's default (see Decoded.pmode)
+        self.pargs = ()         # columns the rule inspects
+        self.lenient = []       # read columns whose poison the handler itself judges (shfl source)
 
 
 # ---------------------------------------------------------------------------- handler builders
@@ -940,7 +986,9 @@ def _wrap(fn, pre, post, warp):
         for d, f in post:
             D = R[d]
             for l in act:
-                D[l] = f(D[l])
+                v = D[l]
+                if v is not None:
+                    D[l] = f(v)
     return h
 
 
@@ -1044,11 +1092,14 @@ def _memop(is_load, space, base, off, cols, size, n):
                 if n > 1 and a % total:
                     raise _misaligned(total, a, region)
                 if is_load:
-                    if n > 1 and not region.full:
+                    if not region.full:
                         region.check(a, size, "load")
-                        region.check_init(a, total)      # the vector as a whole
+                        if not region.written(a, total):     # the vector as a whole
+                            for C in Cs:
+                                C[l] = None                 # poison
+                            continue
                     for i, C in enumerate(Cs):
-                        C[l] = region.load(a + i * size, size, n == 1)
+                        C[l] = region.load(a + i * size, size, False)
                 else:
                     for i, C in enumerate(Cs):
                         region.store(a + i * size, size, C[l])
@@ -1118,7 +1169,8 @@ def _atomic(space, base, off, d, b, c, size, f):
 
 
 def _check_members(W, act, M, what):
-    """membermask rule: every named thread must execute this instruction, and vice versa."""
+    """membermask rule: a thread executing it is in its own mask, and every thread the mask names
+    executes it with it or has exited (the machine waits for the others before calling this)."""
     amask = 0
     for l in act:
         amask |= 1 << l
@@ -1127,7 +1179,7 @@ def _check_members(W, act, M, what):
         if not (m >> l) & 1:
             raise ExecutionError(f"{what}: thread {W.thread_name(l)} executes it but is not in its "
                                  f"membermask {m:#010x} (undefined behaviour)")
-        if m & ~amask:
+        if m & ~amask & ~W.gone:
             raise ExecutionError(f"{what}: membermask {m:#010x} names threads that are not executing "
                                  f"it (active {amask:#010x}; undefined behaviour)")
     return amask
@@ -1143,7 +1195,7 @@ def _commit(R, d, p, results):
             P[l] = pv
 
 
-def _shfl(mode, d, p, a, b, c, m):
+def _shfl(mode, d, p, a, b, c, m, aname):
     def h(W, act, active):
         R = W.R
         A, B, C, M = R[a], R[b], R[c], R[m]
@@ -1171,8 +1223,13 @@ def _shfl(mode, d, p, a, b, c, m):
             if not pval:
                 j = l
             if not (amask >> j) & 1:
+                why = "has exited" if (W.gone >> j) & 1 else "does not execute the shuffle"
                 raise ExecutionError(f"shfl.sync.{mode}: thread {W.thread_name(l)} reads lane {j}, "
-                                     f"which does not execute the shuffle (undefined value)")
+                                     f"which {why} (undefined value)")
+            if A[j] is None:
+                raise UninitializedRead(
+                    f"shfl.sync.{mode}: thread {W.thread_name(l)} reads {aname} of lane {j}, which "
+                    f"holds an undefined value ({W.origin(a, j, aname)})")
             out.append((l, A[j], int(pval)))
         _commit(R, d, p, out)
     return h

@@ -4,37 +4,58 @@ Decisions (the definition of the machine; the compiled model is checked against 
 
 * Threads. Grid and block are up to 3D. Thread and block ids are linearised x fastest
   (id = x + X*(y + Y*z)). A warp is 32 consecutive linear thread ids of one block; the last warp
-  of a block may be partial (its missing lanes never exist).
-* Order. Blocks run one after another in linear block order, each to completion. Within a block
-  the warps are scheduled round-robin (warp 0, 1, ..., one warp-instruction each per turn,
-  skipping warps with nothing runnable). Everything is deterministic.
-* Reconvergence (min-PC). Each thread has its own PC. A warp executes the instruction at the
-  lowest PC among its runnable threads, with every runnable thread at that PC active. Exited
-  threads and threads waiting at a barrier are not runnable. Guards (@p / @!p) then select which
-  active threads execute; a branch sends executing threads to the target and the others on.
+  of a block may be partial (its missing lanes never exist and count as exited).
+* Order. Blocks run one after another in linear block order, each to completion (a block that
+  waits for a later block never finishes: the step budget ends it). Within a block the warps are
+  scheduled round-robin (warp 0, 1, ..., one warp-instruction each per turn, skipping warps with
+  nothing runnable). Everything is deterministic.
+* Scheduling inside a warp (the cursor rule). Each thread has its own PC; each warp has a
+  cursor, initially 0. A warp executes the lowest PC at or after its cursor among its runnable
+  threads (the lowest PC overall when none is at or after it), with every runnable thread at that
+  PC active; the cursor then moves to that PC + 1. Guards (@p / @!p) select which active threads
+  execute; a branch sends executing threads to the target and the others on.
+  Consequences: a converged warp runs as one; the two sides of an if/else run in program order and
+  rejoin at the join point; a taken backward branch passes the turn to threads waiting further on,
+  so every group of threads is picked within two sweeps of the program (forward progress: a spin
+  lock, a ticket lock or a flag hand-off inside a warp terminates, as under Volta's independent
+  thread scheduling). Threads that leave a loop early run ahead, so a warp reconverges after a
+  divergent loop only at the next warp- or block-synchronising instruction (as CUDA promises:
+  `__syncwarp` reconverges, nothing else does). Results never depend on the rule for race-free
+  kernels; the trace does.
 * Barriers. `bar.sync 0` / `barrier.sync 0` (and `bar.sync 0, N` only with N == block size) is
   block-wide: a thread that executes it waits; when every non-exited thread of the block waits,
   all are released.
+* Warp-synchronous instructions (shfl.sync, vote.sync, match.sync, bar.warp.sync). A thread that
+  executes one waits until every non-exited thread its membermask names has arrived at the same
+  instruction (for bar.warp.sync: at any bar.warp.sync); the instruction then executes once for
+  all of them together and they go on. Threads are never waited for once exited. A wait that can
+  never end (the others wait at a block barrier, or at another instruction, with nothing left to
+  run) is a deadlock error naming who waits for whom.
+* Undefined values. A register never written, the result of an undefined operation (integer
+  division by zero, signed MIN / -1) and a load of memory nothing has written (no byte of the
+  access; never-written bytes of a partly written access read as 0, struct padding) are poison.
+  Poison flows through moves, arithmetic, conversions and comparisons; selp takes only the
+  selected operand (and the predicate) into account; and/or with a dominating operand (x & 0,
+  x | ~0, also on predicates) are defined. Poison is an error (UninitializedRead, naming the
+  register, line and thread, and where the value became undefined) only when it becomes
+  observable: a guard or branch condition, an address, a value stored to memory, an atomic's
+  operand, a membermask, a vote or match operand, or a shuffle source that a reader consumes.
+  So outputs never hold poison.
 * Machine lanes. `lanes` (a divisor of 32, default 4) is the lane count of the compiled machine:
   a warp-instruction's active threads are issued in groups of `lanes` consecutive lane ids,
   skipping groups without an active thread. Results never depend on `lanes`; `lane_issues`
   counts the groups, `steps` the warp-instructions.
 * Trace. Each step is (block, warp, pc, active mask); `fingerprint` is the sha256 over all steps
   (each packed little-endian as 4 x u32), `trace` the list itself when asked for.
-* State. Registers hold raw bits of their declared width; reading one never written raises
-  UninitializedRead naming the register, the line and the thread. Memory is byte-addressed with
-  per-byte initialised bits (see memory.py for the address map). Out-of-range or misaligned
-  accesses raise OutOfBounds; more than `step_budget` steps raise StepBudgetExceeded.
+* State. Registers hold raw bits of their declared width (None: poison). Memory is
+  byte-addressed with per-byte initialised bits (see memory.py for the address map). Out-of-range
+  or misaligned accesses raise OutOfBounds; more than `step_budget` steps raise
+  StepBudgetExceeded.
 * Issue groups are formed from the threads at the warp's PC (before the guard is evaluated).
-* Uninitialised registers (strict rule). A thread that executes an instruction (its guard, if
-  any, holds) must have written every register the instruction reads, plain copies (`mov`) and
-  stores included; threads whose guard is false read nothing. nvcc's PTX for all 43 gpu-truth
-  kernels satisfies this. A guard predicate itself must have been written by every thread at
-  that PC.
-* Undefined behaviour raises ExecutionError instead of guessing: integer div/rem by zero and
-  signed MIN / -1; shfl/vote/bar.warp.sync whose membermask names a thread that does not execute
-  it (or executed by a thread outside its own mask); a shfl reading a non-participating lane;
-  cvta.to.shared/local of an address outside that window; `bar.sync 0, N` with N != block size.
+* Undefined behaviour raises ExecutionError instead of guessing: a warp-synchronous instruction
+  executed by a thread outside its own membermask; a shfl reading a lane that does not take part
+  (or has exited); cvta.to.shared/local of an address outside that window; `bar.sync 0, N` with
+  N != block size.
 * Launch limits (LaunchError): block dims <= (1024, 1024, 64) and <= 1024 threads per block;
   grid dims <= (2^31-1, 65535, 65535) and at most 2^20 threads per launch; shared memory
   (static + dynamic) <= 48 KiB; the block must respect the kernel's .maxntid / .reqntid;
@@ -82,24 +103,35 @@ class Scalar:
     value: object
 
 
+# thread states
+RUN, BARRIER, EXITED, SYNC = 0, 1, 2, 3
+
+
 @dataclass
 class _Block:
     shared: Region
     alive: int
+    index: tuple = (0, 0, 0)
     waiting: int = 0
     exited: bool = False      # some thread exited since the live-warp list was last pruned
     warps: list = field(default_factory=list)
 
 
 class Warp:
-    __slots__ = ("ok", "R", "pc", "st", "run", "conv", "cpc", "runmask", "shared", "local", "glob",
-                 "params", "index", "block_id", "tids", "block_dim", "block_idx", "block")
+    """One warp's state: register columns, per-thread PCs and states, the scheduling cursor."""
+    __slots__ = ("ok", "R", "pc", "st", "run", "conv", "cpc", "runmask", "cursor", "parked",
+                 "gone", "porig", "cur", "shared", "local", "glob", "params", "index", "block_id", "tids",
+                 "block_dim", "block_idx", "block")
 
     def thread_name(self, l):
         bx, by, bz = self.block_idx
         t = self.tids[l]
         X, Y, _ = self.block_dim
         return f"(block ({bx},{by},{bz}), thread ({t % X},{(t // X) % Y},{t // (X * Y)}))"
+
+    def origin(self, col, lane, name):
+        """Where the undefined value in (col, lane) came from, for error messages."""
+        return self.porig.get((col, lane)) or f"{name} was never written"
 
 
 def _dims(v, what):
@@ -170,6 +202,18 @@ def program_for(kernel: Kernel) -> Program:
     return prog
 
 
+@dataclass
+class _Config:
+    grid: tuple
+    block: tuple
+    nthreads: int
+    nblocks: int
+    nwarps: int
+    lanes: int
+    budget: int
+    shared_size: int = 0
+
+
 def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: int = 4,
            step_budget: int | None = None, trace: bool = False) -> LaunchResult:
     """Run one launch of `kernel` (a Kernel, or a Module with one kernel).
@@ -179,6 +223,21 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
     """
     if isinstance(kernel, Module):
         kernel = kernel.kernel()
+    cfg = _check_launch(kernel, grid, block, lanes, dynamic_shared_bytes, step_budget)
+    prog = program_for(kernel)
+    cfg.shared_size = _shared_size(prog, dynamic_shared_bytes)
+    glob, param_region, buf_regions = _bind_arguments(kernel, prog, args)
+    run = _Run(prog, cfg, trace)
+    for bid in range(cfg.nblocks):
+        run.block(_make_block(prog, cfg, bid, glob, param_region))
+    return run.result(_read_buffers(buf_regions, len(args)))
+
+
+# ------------------------------------------------------------------------- launch preparation
+
+
+def _check_launch(kernel, grid, block, lanes, dynamic_shared_bytes, step_budget) -> _Config:
+    """Grid, block and lane limits, and the kernel's own .maxntid / .reqntid."""
     grid = _dims(grid, "grid")
     block = _dims(block, "block")
     if block[0] > 1024 or block[1] > 1024 or block[2] > 64:
@@ -195,9 +254,7 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
         raise LaunchError(f"lanes must divide 32, got {lanes!r}")
     if not isinstance(dynamic_shared_bytes, int) or dynamic_shared_bytes < 0:
         raise LaunchError(f"dynamic_shared_bytes must be >= 0, got {dynamic_shared_bytes!r}")
-    budget = DEFAULT_STEP_BUDGET if step_budget is None else int(step_budget)
-
-    for line, text in kernel.directives:      # .maxntid / .reqntid bound the block size
+    for line, text in kernel.directives:
         words = text.replace(",", " ").split()
         if words and words[0] in (".maxntid", ".reqntid"):
             dims = [int(x) for x in words[1:] if x.isdigit()]
@@ -210,18 +267,25 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
             if words[0] == ".reqntid" and tuple(dims + [1] * (3 - len(dims))) != block:
                 raise LaunchError(f"block {block} differs from the kernel's .reqntid "
                                   f"{', '.join(map(str, dims))} (line {line})")
+    budget = DEFAULT_STEP_BUDGET if step_budget is None else int(step_budget)
+    return _Config(grid, block, nthreads, nblocks, (nthreads + 31) // 32, lanes, budget)
 
-    prog = program_for(kernel)
+
+def _shared_size(prog, dynamic_shared_bytes):
     L = prog.layout
-    shared_size = max(L.shared_static, L.dynamic_base + dynamic_shared_bytes) if dynamic_shared_bytes \
+    size = max(L.shared_static, L.dynamic_base + dynamic_shared_bytes) if dynamic_shared_bytes \
         else L.shared_static
-    if shared_size > MAX_SHARED_BYTES:
-        raise LaunchError(f"kernel needs {shared_size} bytes of shared memory; at most {MAX_SHARED_BYTES}")
+    if size > MAX_SHARED_BYTES:
+        raise LaunchError(f"kernel needs {size} bytes of shared memory; at most {MAX_SHARED_BYTES}")
+    return size
 
-    # arguments -> param space and global buffers
+
+def _bind_arguments(kernel, prog, args):
+    """Arguments -> the param space and global buffers: (memory, param region, buffer regions)."""
     params = kernel.params
     if len(args) != len(params):
         raise LaunchError(f"kernel {kernel.name} takes {len(params)} arguments, got {len(args)}")
+    L = prog.layout
     glob = GlobalMemory()
     pbytes = bytearray(L.param_size)
     buf_regions = []
@@ -239,212 +303,421 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
             buf_regions.append((i, arr.dtype, len(arr), glob.regions[-1]))
         else:
             pbytes[off:off + size] = _pack_scalar(p, a, i)
-    param_region = Region("kernel parameters", 0, len(pbytes), bytes(pbytes))
+    return glob, Region("kernel parameters", 0, len(pbytes), bytes(pbytes)), buf_regions
 
-    code = prog.code
-    ncols = len(prog.colnames)
+
+def _make_block(prog, cfg, bid, glob, param_region) -> _Block:
+    """A block's shared memory and warps, every thread runnable at PC 0."""
+    grid, block = cfg.grid, cfg.block
+    bidx = (bid % grid[0], (bid // grid[0]) % grid[1], bid // (grid[0] * grid[1]))
+    shared = Region(f"shared memory (block {bidx})", 0, cfg.shared_size)
+    blk = _Block(shared=shared, alive=cfg.nthreads, index=bidx)
     constcols = {c: tuple([v] * 32) for c, v in prog.constcols.items()}
     mutable_cols = list(range(prog.nregs)) + prog.scratch
-    group_cache: dict = {}
-    ngroups = 32 // lanes
-    gmask = (1 << lanes) - 1
+    ncols = len(prog.colnames)
+    local_size = prog.layout.local_size
+    for w in range(cfg.nwarps):
+        W = Warp()
+        n = min(32, cfg.nthreads - 32 * w)
+        W.tids = [32 * w + l for l in range(32)]
+        R = [None] * ncols
+        fill = [None] * n + [0] * (32 - n)
+        for c in mutable_cols:
+            R[c] = list(fill)
+        for c, col in constcols.items():
+            R[c] = col
+        for name, c in prog.specials.items():
+            R[c] = tuple(_special(name, W.tids[l], l, w, cfg.nwarps, block, grid, bidx)
+                         for l in range(32))
+        W.R = R
+        W.ok = set()
+        W.pc = [0] * 32
+        W.st = [RUN] * n + [EXITED] * (32 - n)
+        W.gone = ((1 << 32) - 1) & ~((1 << n) - 1)     # lanes that have exited (or never existed)
+        W.run = list(range(n))
+        W.conv = True
+        W.cpc = 0
+        W.cursor = 0
+        W.parked = {}
+        W.porig = {}
+        W.runmask = (1 << n) - 1
+        W.shared = shared
+        W.local = [Region(f"local memory of thread {W.tids[l]}", 0, local_size) for l in range(n)]
+        W.glob = glob
+        W.params = param_region
+        W.index = w
+        W.block_id = bid
+        W.block_dim = block
+        W.block_idx = bidx
+        W.block = blk
+        blk.warps.append(W)
+    return blk
 
-    steps = 0
-    lane_issues = 0
-    hasher = hashlib.sha256()
-    tbuf = array("I")          # step records (block, warp, pc, mask), hashed as little-endian u32s
-    trace_list = [] if trace else None
-    nwarps = (nthreads + 31) // 32
-    X, Y, Z = block
 
-    for bid in range(nblocks):
-        bidx = (bid % grid[0], (bid // grid[0]) % grid[1], bid // (grid[0] * grid[1]))
-        shared = Region(f"shared memory (block {bidx})", 0, shared_size)
-        blk = _Block(shared=shared, alive=nthreads)
-        for w in range(nwarps):
-            W = Warp()
-            n = min(32, nthreads - 32 * w)
-            W.tids = [32 * w + l for l in range(32)]
-            R = [None] * ncols
-            fill = [None] * n + [0] * (32 - n)
-            for c in mutable_cols:
-                R[c] = list(fill)
-            for c, col in constcols.items():
-                R[c] = col
-            for name, c in prog.specials.items():
-                R[c] = tuple(_special(name, W.tids[l], l, w, nwarps, block, grid, bidx)
-                             for l in range(32))
-            W.R = R
-            W.ok = set()
-            W.pc = [0] * 32
-            W.st = [0] * n + [2] * (32 - n)
-            W.run = list(range(n))
-            W.conv = True
-            W.cpc = 0
-            W.runmask = (1 << n) - 1
-            W.shared = shared
-            W.local = [Region(f"local memory of thread {W.tids[l]}", 0, L.local_size) for l in range(n)]
-            W.glob = glob
-            W.params = param_region
-            W.index = w
-            W.block_id = bid
-            W.block_dim = block
-            W.block_idx = bidx
-            W.block = blk
-            blk.warps.append(W)
+def _read_buffers(buf_regions, nargs):
+    buffers = [None] * nargs
+    for i, dtype, n, region in buf_regions:
+        buffers[i] = np.frombuffer(bytes(region.data), dtype=dtype, count=n).copy()
+    return buffers
 
+
+# ------------------------------------------------------------------------------- execution
+
+
+class _Run:
+    """One launch in progress: counters, the trace, and the per-step execution."""
+
+    def __init__(self, prog, cfg, trace):
+        self.code = prog.code
+        self.cfg = cfg
+        self.steps = 0
+        self.lane_issues = 0
+        self.hasher = hashlib.sha256()
+        self.tbuf = array("I")        # step records (block, warp, pc, mask), hashed as u32s
+        self.trace = [] if trace else None
+        self.group_cache = {}
+
+    def result(self, buffers) -> LaunchResult:
+        _flush(self.hasher, self.tbuf)
+        return LaunchResult(buffers=buffers, steps=self.steps, lane_issues=self.lane_issues,
+                            fingerprint=self.hasher.hexdigest(), trace=self.trace)
+
+    def block(self, blk):
+        """Run one block to completion: warps round-robin, one warp-instruction each per turn."""
         live = list(blk.warps)
         while live:
             progressed = False
             for W in live:
-                run = W.run
-                if not run:
-                    continue
-                progressed = True
-                # ---- pick the instruction: lowest PC among runnable threads
-                if W.conv:
-                    pc = W.cpc
-                    active = run
-                    amask = W.runmask
-                else:
-                    pcs = W.pc
-                    pc = min([pcs[l] for l in run])
-                    active = [l for l in run if pcs[l] == pc]
-                    if len(active) == len(run):
-                        W.conv = True
-                        W.cpc = pc
-                        amask = W.runmask
-                    else:
-                        amask = 0
-                        for l in active:
-                            amask |= 1 << l
-                steps += 1
-                if steps > budget:
-                    raise StepBudgetExceeded(
-                        f"the launch ran more than {budget} warp-instruction steps (block {bidx}, "
-                        f"warp {W.index}, line {code[pc].line}); an infinite loop?")
-                g = group_cache.get(amask)
-                if g is None:
-                    g = sum(1 for k in range(ngroups) if (amask >> (k * lanes)) & gmask)
-                    group_cache[amask] = g
-                lane_issues += g
-                tbuf.extend((bid, W.index, pc, amask))
-                if len(tbuf) >= 1 << 18:
-                    _flush(hasher, tbuf)
-                if trace_list is not None:
-                    trace_list.append((bid, W.index, pc, amask))
-                ins = code[pc]
-                R = W.R
-                # ---- guard
-                if ins.guard is not None:
-                    G = R[ins.guard]
-                    exe = []
-                    neg = ins.gneg
-                    for l in active:
-                        gv = G[l]
-                        if gv is None:
-                            raise UninitializedRead(
-                                f"line {ins.line}: `{ins.text}` reads predicate {ins.gname} before it "
-                                f"is written, {W.thread_name(l)}")
-                        if gv != neg:
-                            exe.append(l)
-                else:
-                    exe = active
-                # ---- execute
-                kind = ins.kind
-                if kind == "op" or kind == "warp":
-                    if exe:
-                        ok = W.ok       # columns known to be written in every lane
-                        for c, name in ins.reads:
-                            if c in ok:
-                                continue
-                            C = R[c]
-                            if None in C:
-                                for l in exe:
-                                    if C[l] is None:
-                                        raise UninitializedRead(
-                                            f"line {ins.line}: `{ins.text}` reads register {name} before "
-                                            f"it is written, {W.thread_name(l)}")
-                            else:
-                                ok.add(c)
-                        try:
-                            if kind == "op":
-                                ins.fn(W, exe)
-                            else:
-                                ins.fn(W, exe, active)
-                        except QwenGPUError as e:
-                            raise type(e)(f"line {ins.line}: `{ins.text}`: {e}") from None
-                    _advance(W, active, pc + 1)
-                elif kind == "bra":
-                    if len(exe) == len(active):
-                        _advance(W, active, ins.target)
-                    elif not exe:
-                        _advance(W, active, pc + 1)
-                    else:
-                        _materialize(W)
-                        pcs = W.pc
-                        for l in active:
-                            pcs[l] = pc + 1
-                        for l in exe:
-                            pcs[l] = ins.target
-                        W.conv = False
-                elif kind == "exit":
-                    if exe:
-                        _materialize(W)
-                        st = W.st
-                        for l in exe:
-                            st[l] = 2
-                        blk.alive -= len(exe)
-                        blk.exited = True
-                        _set_run(W)
-                        for l in active:
-                            if st[l] == 0:
-                                W.pc[l] = pc + 1
-                    else:
-                        _advance(W, active, pc + 1)
-                elif kind == "bar":
-                    if ins.target and ins.target != nthreads:
-                        raise ExecutionError(
-                            f"line {ins.line}: `{ins.text}`: a barrier for {ins.target} threads in a "
-                            f"block of {nthreads} is not supported")
-                    if exe:
-                        _materialize(W)
-                        st = W.st
-                        for l in active:
-                            W.pc[l] = pc + 1
-                        for l in exe:
-                            st[l] = 1
-                        blk.waiting += len(exe)
-                        _set_run(W)
-                    else:
-                        _advance(W, active, pc + 1)
-                else:  # nop
-                    _advance(W, active, pc + 1)
-                # ---- barrier release
-                if blk.waiting and blk.waiting == blk.alive:
-                    for V in blk.warps:
-                        _materialize(V)
-                        st = V.st
-                        for l in range(32):
-                            if st[l] == 1:
-                                st[l] = 0
-                        _set_run(V)
-                    blk.waiting = 0
+                if W.run:
+                    progressed = True
+                    self.step(W, blk)
             if not progressed:
                 if blk.alive:
-                    raise ExecutionError(f"block {bidx} deadlocked ({blk.waiting} threads waiting, "
-                                         f"{blk.alive} alive)")
+                    raise ExecutionError(_deadlock_message(blk, self.code))
                 break
             if blk.exited:
-                live = [W for W in live if W.run or 1 in W.st]     # drop warps that are done
+                live = [W for W in live if W.run or W.parked or BARRIER in W.st]
                 blk.exited = False
 
-    _flush(hasher, tbuf)
-    buffers = [None] * len(args)
-    for i, dtype, n, region in buf_regions:
-        buffers[i] = np.frombuffer(bytes(region.data), dtype=dtype, count=n).copy()
-    return LaunchResult(buffers=buffers, steps=steps, lane_issues=lane_issues,
-                        fingerprint=hasher.hexdigest(), trace=trace_list)
+    def step(self, W, blk):
+        """Pick the warp's next instruction by the cursor rule, record the step, execute it."""
+        pc, active, amask = _pick(W)
+        self.steps += 1
+        code = self.code
+        if self.steps > self.cfg.budget:
+            raise StepBudgetExceeded(
+                f"the launch ran more than {self.cfg.budget} warp-instruction steps (block "
+                f"{W.block_idx}, warp {W.index}, line {code[pc].line}); an infinite loop?")
+        g = self.group_cache.get(amask)
+        if g is None:
+            lanes = self.cfg.lanes
+            gm = (1 << lanes) - 1
+            g = sum(1 for k in range(32 // lanes) if (amask >> (k * lanes)) & gm)
+            self.group_cache[amask] = g
+        self.lane_issues += g
+        tbuf = self.tbuf
+        tbuf.extend((W.block_id, W.index, pc, amask))
+        if len(tbuf) >= 1 << 18:
+            _flush(self.hasher, tbuf)
+        if self.trace is not None:
+            self.trace.append((W.block_id, W.index, pc, amask))
+        ins = code[pc]
+        exe = _guarded(W, ins, active)
+        kind = ins.kind
+        if kind == "op":
+            if exe:
+                _execute(W, ins, exe)
+            _advance(W, active, pc + 1)
+        elif kind == "warp":
+            if ins.sync:
+                _warp_sync(W, ins, pc, active, exe)
+            else:
+                if exe:
+                    _execute(W, ins, exe, active)
+                _advance(W, active, pc + 1)
+        elif kind == "bra":
+            if len(exe) == len(active):
+                _advance(W, active, ins.target)
+            elif not exe:
+                _advance(W, active, pc + 1)
+            else:
+                _materialize(W)
+                pcs = W.pc
+                for l in active:
+                    pcs[l] = pc + 1
+                for l in exe:
+                    pcs[l] = ins.target
+                W.conv = False
+        elif kind == "exit":
+            if exe:
+                _exit_threads(W, blk, exe, active, pc)
+            else:
+                _advance(W, active, pc + 1)
+        elif kind == "bar":
+            if ins.target and ins.target != self.cfg.nthreads:
+                raise ExecutionError(
+                    f"line {ins.line}: `{ins.text}`: a barrier for {ins.target} threads in a "
+                    f"block of {self.cfg.nthreads} is not supported")
+            if exe:
+                _materialize(W)
+                st = W.st
+                for l in active:
+                    W.pc[l] = pc + 1
+                for l in exe:
+                    st[l] = BARRIER
+                blk.waiting += len(exe)
+                _set_run(W)
+            else:
+                _advance(W, active, pc + 1)
+        else:  # nop
+            _advance(W, active, pc + 1)
+        if blk.waiting and blk.waiting == blk.alive:
+            _release_barrier(blk)
+
+
+def _pick(W):
+    """The cursor rule: (pc, active lanes, active mask) of the warp's next instruction."""
+    run = W.run
+    if W.conv:
+        pc = W.cpc
+        W.cursor = pc + 1
+        return pc, run, W.runmask
+    pcs = W.pc
+    cur = W.cursor
+    best = lowest = 1 << 62
+    for l in run:
+        p = pcs[l]
+        if p < lowest:
+            lowest = p
+        if cur <= p < best:
+            best = p
+    pc = best if best != 1 << 62 else lowest
+    W.cursor = pc + 1
+    active = [l for l in run if pcs[l] == pc]
+    if len(active) == len(run):
+        W.conv = True
+        W.cpc = pc
+        return pc, run, W.runmask
+    amask = 0
+    for l in active:
+        amask |= 1 << l
+    return pc, active, amask
+
+
+def _guarded(W, ins, active):
+    """The active threads whose guard holds (a poisoned guard is observable: an error)."""
+    if ins.guard is None:
+        return active
+    G = W.R[ins.guard]
+    neg = ins.gneg
+    exe = []
+    for l in active:
+        gv = G[l]
+        if gv is None:
+            raise UninitializedRead(
+                f"line {ins.line}: `{ins.text}` is guarded by predicate {ins.gname}, which holds an "
+                f"undefined value ({W.origin(ins.guard, l, ins.gname)}), {W.thread_name(l)}")
+        if gv != neg:
+            exe.append(l)
+    return exe
+
+
+def _execute(W, ins, exe, active=None):
+    """Run a handler on the executing lanes, applying the instruction's poison rule."""
+    R = W.R
+    ok = W.ok                  # columns known to hold no poison in any lane
+    poisoned = None
+    for c, name in ins.reads:
+        if c in ok:
+            continue
+        C = R[c]
+        if None not in C:
+            ok.add(c)
+            continue
+        bad = [l for l in exe if C[l] is None]
+        if not bad:
+            continue
+        if c in ins.lenient:
+            continue
+        if ins.pmode == "strict":
+            l = bad[0]
+            raise UninitializedRead(
+                f"line {ins.line}: `{ins.text}` uses register {name}, which holds an undefined value "
+                f"({W.origin(c, l, name)}), {W.thread_name(l)}")
+        if poisoned is None:
+            poisoned = {}
+        for l in bad:
+            poisoned.setdefault(l, (c, name))
+    run_lanes = exe
+    if poisoned:
+        run_lanes = _poison_lanes(W, ins, exe, poisoned)
+    W.cur = ins
+    try:
+        if run_lanes:
+            if active is None:
+                ins.fn(W, run_lanes)
+            else:
+                ins.fn(W, run_lanes, active)
+    except QwenGPUError as e:
+        raise type(e)(f"line {ins.line}: `{ins.text}`: {e}") from None
+    if ins.may_poison:
+        _note_new_poison(W, ins, run_lanes)
+
+
+def _poison_lanes(W, ins, exe, poisoned):
+    """Apply the poison rule to lanes with an undefined input; return the lanes still to run."""
+    R = W.R
+    mode = ins.pmode
+    keep = []
+    for l in exe:
+        src = poisoned.get(l)
+        if src is None:
+            keep.append(l)
+            continue
+        if mode == "select":
+            if R[ins.pargs[0]][l] is not None:
+                keep.append(l)     # the handler picks an operand; poison stays only if picked
+                continue
+        elif mode in ("and", "or"):
+            for col, M in ins.pargs:
+                v = R[col][l]
+                if v is not None and v & M == (0 if mode == "and" else M):
+                    keep.append(l)     # a dominating operand decides (x & 0, x | ~0)
+                    break
+            else:
+                _poison_dsts(W, ins, l, src)
+            continue
+        _poison_dsts(W, ins, l, src)
+    if mode == "select":       # the selected value may be poison: forget the "clean" mark
+        W.ok.difference_update(ins.dsts)
+    return keep
+
+
+def _poison_dsts(W, ins, l, src):
+    c, name = src
+    why = W.porig.get((c, l)) or f"{name} was never written; read at line {ins.line}: `{ins.text}`"
+    R = W.R
+    for d in ins.dsts:
+        R[d][l] = None
+        W.porig[(d, l)] = why
+        W.ok.discard(d)
+
+
+def _note_new_poison(W, ins, lanes):
+    """Record where poison made from clean inputs (div by zero, unwritten memory) came from."""
+    R = W.R
+    for d in ins.dsts:
+        D = R[d]
+        if None in D:
+            W.ok.discard(d)
+            for l in lanes:
+                if D[l] is None:
+                    W.porig[(d, l)] = f"line {ins.line}: `{ins.text}`: {ins.may_poison}"
+
+
+def _warp_sync(W, ins, pc, active, exe):
+    """A warp-synchronous instruction: wait for the threads the membermasks name, then run once."""
+    others = [l for l in active if l not in exe]
+    key = pc if ins.sync == "pc" else -1
+    parked = W.parked.pop(key, ())
+    if not exe and not parked:
+        _advance(W, active, pc + 1)
+        return
+    M = W.R[ins.mcol]
+    for l in exe:
+        if M[l] is None:
+            raise UninitializedRead(
+                f"line {ins.line}: `{ins.text}`: the membermask holds an undefined value "
+                f"({W.origin(ins.mcol, l, 'the membermask')}), {W.thread_name(l)}")
+    group = sorted(set(exe) | set(parked))
+    ready = _ready(W, M, group)
+    _materialize(W)
+    st, pcs = W.st, W.pc
+    for l in others:
+        pcs[l] = pc + 1
+    waiting = [l for l in group if l not in ready]
+    if ready:
+        _execute(W, ins, ready, ready)
+        for l in ready:
+            st[l] = RUN
+            pcs[l] += 1                # each thread's own bar.warp.sync
+    for l in waiting:
+        st[l] = SYNC
+    if waiting:
+        W.parked[key] = waiting
+    _set_run(W)
+
+
+def _ready(W, M, group):
+    """The largest subset of `group` whose membermasks name only threads in it or exited ones."""
+    ready = list(group)
+    while True:
+        have = W.gone
+        for l in ready:
+            have |= 1 << l
+        keep = [l for l in ready if not (M[l] & ~have)]
+        if len(keep) == len(ready):
+            return keep
+        ready = keep
+
+
+def _exit_threads(W, blk, exe, active, pc):
+    _materialize(W)
+    st = W.st
+    for l in exe:
+        st[l] = EXITED
+        W.gone |= 1 << l
+    blk.alive -= len(exe)
+    blk.exited = True
+    for l in active:
+        if st[l] == RUN:
+            W.pc[l] = pc + 1
+    # threads waiting at a warp-synchronous instruction are not waiting for exited ones
+    for key, lanes in list(W.parked.items()):
+        del W.parked[key]
+        for l in lanes:
+            st[l] = RUN         # they execute the instruction again, now without the exited
+    _set_run(W)
+
+
+def _release_barrier(blk):
+    for V in blk.warps:
+        _materialize(V)
+        st = V.st
+        for l in range(32):
+            if st[l] == BARRIER:
+                st[l] = RUN
+        _set_run(V)
+    blk.waiting = 0
+
+
+def _deadlock_message(blk, code):
+    bx, by, bz = blk.index
+    parts = []
+    for V in blk.warps:
+        for key, lanes in V.parked.items():
+            l = lanes[0]
+            ins = code[V.pc[l]]
+            need = 0
+            for m in lanes:
+                need |= V.R[ins.mcol][m] or 0
+            have = V.gone
+            for m in lanes:
+                have |= 1 << m
+            missing = [j for j in range(32) if (need & ~have) >> j & 1]
+            where = []
+            for j in missing[:4]:
+                s = V.st[j]
+                what = (f"waits at the block barrier" if s == BARRIER else
+                        f"waits at line {code[V.pc[j]].line}" if s == SYNC else "cannot run")
+                where.append(f"lane {j} {what}")
+            parts.append(f"warp {V.index}: {len(lanes)} thread(s) wait at line {ins.line} "
+                         f"(`{ins.text}`) for lane(s) {missing} named in the membermask, which never "
+                         f"arrive ({'; '.join(where)})")
+    if blk.waiting:
+        parts.append(f"{blk.waiting} thread(s) wait at the block barrier")
+    return (f"block ({bx},{by},{bz}) deadlocked ({blk.waiting} threads waiting at the barrier, "
+            f"{blk.alive} alive): " + "; ".join(parts))
 
 
 def _flush(hasher, tbuf):
@@ -475,7 +748,7 @@ def _materialize(W):
 
 def _set_run(W):
     st = W.st
-    W.run = [l for l in range(32) if st[l] == 0]
+    W.run = [l for l in range(32) if st[l] == RUN]
     m = 0
     for l in W.run:
         m |= 1 << l

@@ -66,6 +66,11 @@ class Region:
             self.check_init(addr, n)
         return int.from_bytes(self.data[off:off + n], "little")
 
+    def written(self, addr: int, n: int) -> bool:
+        """Whether any of the n bytes at addr was ever written (else a load gives poison)."""
+        off = addr - self.base
+        return self.full or 1 in self.init[off:off + n]
+
     def check_init(self, addr: int, n: int):
         off = addr - self.base
         if 1 not in self.init[off:off + n]:
