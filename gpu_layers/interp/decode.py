@@ -369,7 +369,7 @@ class Decoded:
     reads: list = field(default_factory=list)   # [(column, register name)] checked before use
     dsts: list = field(default_factory=list)    # columns written
     pmode: str = "strict"       # poison rule: "strict", "prop", "select", "and", "or"
-    pargs: tuple = ()           # select: (predicate column,); and/or: ((column, mask), (column, mask))
+    pargs: tuple = ()           # select: (predicate, a, b) columns; and/or: ((column, mask), ...)
     lenient: tuple = ()         # read columns whose poison the handler judges lane by lane
     may_poison: str = ""        # why this instruction can produce poison from clean inputs
     mcol: int | None = None     # membermask column of a warp-synchronous instruction
@@ -683,7 +683,8 @@ class Program:
             return Decoded("op", _setp_full(cmp, boolop, p, q, a, b, c), 0, "")
         if k == "selp":
             st.pmode = "select"
-            st.pargs = (self._plain_col(ops[3], 1),)
+            st.pargs = (self._plain_col(ops[3], 1), self._plain_col(ops[1], w),
+                        self._plain_col(ops[2], w))
             return lanewise(Expr(_EXPRS["selp"]), 3, sbits=[w, w, 1])
         if k == "mov":
             return self._decode_mov(ins, st, t, w)

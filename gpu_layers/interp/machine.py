@@ -573,24 +573,32 @@ def _poison_lanes(W, ins, exe, poisoned):
         src = poisoned.get(l)
         if src is None:
             keep.append(l)
-            continue
-        if mode == "select":
-            if R[ins.pargs[0]][l] is not None:
-                keep.append(l)     # the handler picks an operand; poison stays only if picked
-                continue
+        elif mode == "select":
+            pcol, acol, bcol = ins.pargs           # selp d, a, b, p: d = p ? a : b
+            pv = R[pcol][l]
+            if pv is not None:
+                src = (acol, poisoned[l][1]) if pv else (bcol, poisoned[l][1])
+                if R[src[0]][l] is not None:
+                    keep.append(l)                 # the selected operand is defined
+                    continue
+                src = (src[0], _name_of(ins, src[0]))
+            _poison_dsts(W, ins, l, src)
         elif mode in ("and", "or"):
+            full = ins.pargs[0][1]
             for col, M in ins.pargs:
                 v = R[col][l]
                 if v is not None and v & M == (0 if mode == "and" else M):
-                    keep.append(l)     # a dominating operand decides (x & 0, x | ~0)
+                    R[ins.dsts[0]][l] = 0 if mode == "and" else full    # x & 0, x | ~0
                     break
             else:
                 _poison_dsts(W, ins, l, src)
-            continue
-        _poison_dsts(W, ins, l, src)
-    if mode == "select":       # the selected value may be poison: forget the "clean" mark
-        W.ok.difference_update(ins.dsts)
+        else:
+            _poison_dsts(W, ins, l, src)
     return keep
+
+
+def _name_of(ins, col):
+    return next((n for c, n in ins.reads if c == col), "an operand")
 
 
 def _poison_dsts(W, ins, l, src):
