@@ -105,7 +105,7 @@ def test_nvcc_reproduces_ptx(tmp_path, monkeypatch):
         diffs = [d for d in ex.map(differs, sources) if d]
     assert diffs == []
     assert len(started) == len(sources)          # nvcc ran once per source, nothing came from a cache
-    assert all(f"-arch=sm_75" in c and "--ptx" in c for c in started)
+    assert all("-arch=sm_75" in c and "--ptx" in c for c in started)
     assert len(list((tmp_path / "cache" / "ptx").glob("*.ptx"))) == len(sources)
 
 
