@@ -85,9 +85,6 @@ class Case:
             raise CaseError(f"case {self.name!r}: cannot read source {self.source}: {e}") from None
         return compile_cached(src, self.arch)
 
-    def source_text(self) -> str | None:
-        return self.source.read_text(encoding="utf-8") if self.source else None
-
     @property
     def outputs(self) -> list:
         return [a for a in self.args if a.is_buffer and a.output]

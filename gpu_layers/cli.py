@@ -9,20 +9,41 @@ from gpu_layers.errors import QwenGPUError
 
 
 def _json_value(v):
-    """Exact JSON for one element: ints as ints, float32 via repr of its exact float64 value."""
+    """One element for JSON: ints as ints, finite floats as numbers (exact: the repr of a float32's
+    float64 value round-trips to the same float32). JSON has no literal for NaN or infinity, so
+    they are the strings "nan", "inf", "-inf" (the spellings a case file accepts as f32 input);
+    every NaN prints as "nan", its sign and payload lost: `run --bits` keeps them."""
     if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return repr(v)  # 'nan' / 'inf' as strings: JSON has no literal for them
-        return v
+        if v != v:
+            return "nan"
+        if v in (float("inf"), float("-inf")):
+            return "inf" if v > 0 else "-inf"
     return v
 
 
 def outputs_to_json(outputs) -> str:
-    """{buffer: [values]}; float32 values print as the shortest decimal that round-trips to them."""
+    """{buffer: [values]}: ints as JSON integers, float32 as the decimal of its exact value (as in
+    truth.json's "values"; -0.0 keeps its sign), NaN / inf / -inf as the strings "nan" / "inf" / "-inf"."""
     out = {}
     for name, arr in outputs.items():
         out[name] = [_json_value(x) for x in arr.tolist()]
     return json.dumps(out)
+
+
+def element_bits(arr) -> list[str]:
+    """Each element's raw bits as lowercase hex, zero-padded to the element's width (8 digits for
+    32-bit types, 16 for 64-bit ones; float32 as its IEEE bits): the "bits" of gpu-truth's truth.json."""
+    import numpy as np
+
+    a = np.ascontiguousarray(arr)
+    width = a.dtype.itemsize
+    u = a.view(np.dtype(f"u{width}"))
+    return [format(int(x), f"0{2 * width}x") for x in u]
+
+
+def outputs_to_bits_json(outputs) -> str:
+    """{buffer: ["7fc00001", ...]}: every element's raw bits (see element_bits)."""
+    return json.dumps({name: element_bits(arr) for name, arr in outputs.items()})
 
 
 def cmd_ptx(args) -> int:
@@ -42,7 +63,7 @@ def cmd_run(args) -> int:
         raise QwenGPUError(f"backend {args.backend!r} is not available yet (only 'interp')")
     case = load_case(args.case, name=args.name)
     result = run_case(case, lanes=args.lanes, step_budget=args.step_budget)
-    print(outputs_to_json(result.outputs))
+    print(outputs_to_bits_json(result.outputs) if args.bits else outputs_to_json(result.outputs))
     return 0
 
 
@@ -67,12 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--arch", default="sm_75")
     s.set_defaults(func=cmd_ptx)
 
-    s = sub.add_parser("run", help="run a launch case (JSON) and print its output buffers as JSON")
+    s = sub.add_parser("run", help="run a launch case (JSON) and print its output buffers as JSON "
+                           "(values; NaN/inf as the strings \"nan\", \"inf\", \"-inf\"; --bits: raw hex bits)")
     s.add_argument("case", help="a case JSON file (one case, or a list of cases with --name)")
     s.add_argument("--name", help="which case, when the file holds several")
     s.add_argument("--backend", default="interp", choices=["interp"])
     s.add_argument("--lanes", type=int, default=4, help="machine lanes (default 4)")
     s.add_argument("--step-budget", type=int, default=None, help="max warp-instruction steps")
+    s.add_argument("--bits", action="store_true",
+                   help="print each element's raw bits in hex (as in gpu-truth's truth.json) instead of "
+                        "its value; keeps NaN payloads")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("demo", help="compile and run a small kernel end to end")

@@ -132,14 +132,6 @@ def find_nvcc() -> Path:
     raise CompileError(f"nvcc not found in the 'nvidia' package ({', '.join(roots)}); {hint}")
 
 
-def nvcc_version() -> str:
-    """`nvcc --version`'s last line (e.g. 'Build cuda_13.5...')."""
-    out = subprocess.run([str(find_nvcc()), "--version"], capture_output=True, text=True,
-                         env=_minimal_env("/tmp"), timeout=30)
-    lines = [l for l in out.stdout.splitlines() if l.strip()]
-    return lines[-1] if lines else "unknown"
-
-
 # --------------------------------------------------------------------------------------------
 # source checking
 # --------------------------------------------------------------------------------------------

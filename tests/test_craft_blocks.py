@@ -50,3 +50,48 @@ def test_wide_threshold_blocks_are_flagged_bf16_unsafe():
         comp, _, _ = block_case(label)
         assert comp.bf16_unsafe(), label
         assert "fp32 only" in comp.report()
+
+
+def test_every_block_case_has_an_independent_reference():
+    from gpu_layers.craft.testing import INDEPENDENT_REFS
+    assert set(INDEPENDENT_REFS) == set(BLOCK_CASES)
+
+
+@pytest.mark.parametrize("label", list(BLOCK_CASES))
+def test_block_refs_agree_with_the_independent_references(label):
+    """Each block's own Python `ref` (what circuits built from it are checked against elsewhere)
+    agrees with the independent reference on random inputs and on every input of small blocks."""
+    import numpy as np
+
+    from gpu_layers.craft.circuit import Circuit
+    from gpu_layers.craft.testing import expected_outputs, independent_expected, random_values
+
+    c = Circuit(label)
+    blk, extra = BLOCK_CASES[label](c)
+    rng = np.random.default_rng(1)
+    N = 4000
+    v = {f.name: (rng.integers(-1, 1 << 16, N) if f.enc == "rail3" else random_values(f, rng, N))
+         for f in c.inputs}
+    if extra:
+        v = extra(rng, N, v)
+    want = independent_expected(label, v)
+    got = expected_outputs([blk], v)
+    assert set(got) == set(want)
+    for name in want:
+        bad = np.nonzero(got[name] != want[name])[0]
+        assert bad.size == 0, (f"{label}.{name}: row {bad[0]}: inputs "
+                               f"{ {n: int(x[bad[0]]) for n, x in v.items()} }, block.ref {got[name][bad[0]]}, "
+                               f"independent {want[name][bad[0]]}")
+
+
+def test_a_wrong_gate_table_is_caught(monkeypatch):
+    """The exactness check compares with the independent reference, not the block's own table:
+    a block built from a wrong table (XOR2 as OR) decodes wrong outputs and is reported."""
+    from gpu_layers.craft.blocks import logic
+
+    monkeypatch.setitem(logic.GATES, "XOR", lambda n: [0] + [1] * n)
+    out, blk, comp = run_block("gate_XOR2")
+    out.pop("N")
+    assert blk.ref({"x0": 1, "x1": 1})["y"] == 1        # the block's own ref follows its wrong table
+    for path, (wrong, margin) in out.items():
+        assert wrong == 1, (path, wrong)               # exactly the input (1, 1) is wrong

@@ -1,6 +1,7 @@
 """Harness shared by the exactness tests and scripts/measure_blocks_bf16.py: drive a compiled circuit
 through stock transformers (prefill = chunked path, decode = recurrent path with the cache) on
-rows of input-field values, and compare the decoded outputs with the blocks' Python references."""
+rows of input-field values, and compare the decoded outputs with independent references
+(`INDEPENDENT_REFS`, plain expressions that share nothing with the blocks' own `ref`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,25 +61,6 @@ def compare_outputs(comp: Compiled, hidden: np.ndarray, expected: dict[str, np.n
         val, ok = comp.decode(name, flat)
         res[name] = (int((val != np.asarray(exp).reshape(-1)).sum()), int((~ok).sum()))
     return res
-
-
-def check_block(comp: Compiled, block, N: int, rng, B: int = 50, dtype=torch.float32,
-                paths=("prefill", "decode"), values=None):
-    """Drive one combinational block on N random inputs (B sequences of N/B tokens); returns
-    {path: {output field: (wrong, margin failures)}} and the number of inputs."""
-    values = dict(values or {})
-    for f in comp.circuit.inputs:            # every token carries every input field (the norm needs it)
-        if f.name not in values:
-            values[f.name] = random_values(f, rng, N)
-    N = len(next(iter(values.values())))
-    X = encode_rows(comp, values).reshape(B, N // B, -1)
-    hid = run_paths(comp, X, dtype, paths)
-    exp = {f.name: np.zeros(N, dtype=np.int64) for f in block.outputs}
-    for k in range(N):
-        r = block.ref({n: int(v[k]) for n, v in values.items()})
-        for n, v in r.items():
-            exp[n][k] = v
-    return {p: compare_outputs(comp, h, exp) for p, h in hid.items()}, N
 
 
 def expected_outputs(blocks, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -181,6 +163,72 @@ def _block_cases():
 BLOCK_CASES = _block_cases()
 
 
+# Independent references for every block case: plain integer / boolean expressions over the input
+# values, written from what each block is meant to compute. They share nothing with the blocks
+# (no truth tables, no `Block.ref`), so a wrong table in a block cannot agree with them.
+M32 = (1 << 32) - 1
+
+
+def _s32(x):
+    """Two's-complement value of 32-bit words (int64 arrays)."""
+    return np.where(x >= 1 << 31, x - (1 << 32), x)
+
+
+def _carries(a, b, sub):
+    """Bit k-1 (k = 1..4): the carry out of the low 8k bits of a + b, or of a + ~b + 1 for a - b
+    (no borrow: a's low 8k bits >= b's)."""
+    out = np.zeros_like(a)
+    for k in range(1, 5):
+        lo = (1 << (8 * k)) - 1
+        c = (a & lo) >= (b & lo) if sub else (a & lo) + (b & lo) > lo
+        out |= c.astype(np.int64) << (k - 1)
+    return out
+
+
+INDEPENDENT_REFS = {
+    "gate_AND3": lambda v: {"y": v["x0"] & v["x1"] & v["x2"]},
+    "gate_OR4": lambda v: {"y": v["x0"] | v["x1"] | v["x2"] | v["x3"]},
+    "gate_XOR2": lambda v: {"y": v["x0"] ^ v["x1"]},
+    "gate_XOR5": lambda v: {"y": v["x0"] ^ v["x1"] ^ v["x2"] ^ v["x3"] ^ v["x4"]},
+    "gate_NAND2": lambda v: {"y": 1 - (v["x0"] & v["x1"])},
+    "gate_NOR3": lambda v: {"y": 1 - (v["x0"] | v["x1"] | v["x2"])},
+    "gate_XNOR3": lambda v: {"y": 1 - (v["x0"] ^ v["x1"] ^ v["x2"])},
+    "gate_NOT1": lambda v: {"y": 1 - v["x0"]},
+    "threshold6": lambda v: {"y": (v["t0"] + 2 * v["t1"] - v["t2"] + 3 * v["t3"] + v["t4"] - 2 * v["t5"]
+                                   >= 2).astype(np.int64)},
+    "bitwise_AND32": lambda v: {"y": v["a"] & v["b"]},
+    "bitwise_OR32": lambda v: {"y": v["a"] | v["b"]},
+    "bitwise_XOR32": lambda v: {"y": v["a"] ^ v["b"]},
+    "bitwise_NOT32": lambda v: {"y": M32 - v["a"]},
+    "equal32": lambda v: {"y": (v["a"] == v["b"]).astype(np.int64)},
+    "equal32_const": lambda v: {"y": (v["a"] == 0xDEADBEEF).astype(np.int64)},
+    "compare32_u": lambda v: {"y": (v["a"] < v["b"]).astype(np.int64)},
+    "compare32_s": lambda v: {"y": (_s32(v["a"]) < _s32(v["b"])).astype(np.int64)},
+    "equal32_tree16": lambda v: {"y": (v["a"] == v["b"]).astype(np.int64)},
+    "compare32_u_prefix": lambda v: {"y": (v["a"] < v["b"]).astype(np.int64)},
+    "compare32_s_prefix": lambda v: {"y": (_s32(v["a"]) < _s32(v["b"])).astype(np.int64)},
+    "mux4x32_onehot": lambda v: {"y": np.choose(v["s"], [v["w0"], v["w1"], v["w2"], v["w3"]])},
+    "mux4x32_binary": lambda v: {"y": np.choose(v["s"], [v["w0"], v["w1"], v["w2"], v["w3"]])},
+    "add32": lambda v: {"y": (v["a"] + v["b"]) % (1 << 32), "y_carry": _carries(v["a"], v["b"], False)},
+    "sub32": lambda v: {"y": (v["a"] - v["b"]) % (1 << 32), "y_carry": _carries(v["a"], v["b"], True)},
+    "add32_chunk4": lambda v: {"y": (v["a"] + v["b"]) % (1 << 32)},
+    "add32_prefix": lambda v: {"y": (v["a"] + v["b"]) % (1 << 32)},
+    "sub32_prefix": lambda v: {"y": (v["a"] - v["b"]) % (1 << 32)},
+    "add8_1stage": lambda v: {"y": (v["a"] + v["b"]) % 256},
+    "shl32_binary": lambda v: {"y": (v["a"] << v["k"]) % (1 << 32)},
+    "shr32_binary": lambda v: {"y": v["a"] >> v["k"]},
+    "sar32_binary": lambda v: {"y": (_s32(v["a"]) >> v["k"]) % (1 << 32)},
+    "shl16_onehot": lambda v: {"y": (v["a"] << v["k"]) % (1 << 16)},
+    "read_bits16": lambda v: {"y": np.where(v["r"] < 0, 0, v["r"]), "y_present": (v["r"] >= 0).astype(np.int64)},
+}
+
+
+def independent_expected(label: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The expected outputs of block case `label` on rows of input values (INDEPENDENT_REFS)."""
+    v = {n: np.asarray(x, dtype=np.int64) for n, x in values.items()}
+    return {n: np.asarray(x, dtype=np.int64) for n, x in INDEPENDENT_REFS[label](v).items()}
+
+
 def lean_config(c) -> dict:
     """The smallest config that holds an MLP-only circuit's widest stage, with one tiny linear head
     (fast sweeps: the compiler reads any config; on CPU the chunked delta rule's batched triangular
@@ -210,7 +258,7 @@ def block_case(label: str, config=None):
 def run_block(label: str, N=10_240, dtype=torch.float32, seed=0, config=None,
               shapes={"prefill": 160, "decode": 512}):
     """Drive one block alone on N random inputs on both paths (prefill as 160 sequences of 64 tokens,
-    one chunk each; decode as 512 sequences of 20 tokens). Returns ({path: (wrong outputs, margin failures)}, block, comp)."""
+    one chunk each; decode as 512 sequences of 20 tokens) and compare with INDEPENDENT_REFS. Returns ({path: (wrong outputs, margin failures)}, block, comp)."""
     comp, blk, values = block_case(label, config)
     rng = np.random.default_rng(seed)
     nbits = sum(f.n for f in comp.circuit.inputs)
@@ -226,13 +274,10 @@ def run_block(label: str, N=10_240, dtype=torch.float32, seed=0, config=None,
     else:
         v = values(rng, N)
     X = encode_rows(comp, v)
-    if blk.kind == "read_bits":
-        rv = v[blk.inputs[0].name]
-        exp = {blk.outputs[0].name: np.where(rv < 0, 0, rv)}
-        if len(blk.outputs) > 1:
-            exp[blk.outputs[1].name] = (rv >= 0).astype(np.int64)
-    else:
-        exp = expected_outputs([blk], v)
+    exp = independent_expected(label, v)
+    missing = {f.name for f in blk.outputs} - set(exp)
+    if missing:
+        raise ValueError(f"the independent reference of {label} lacks outputs {sorted(missing)}")
     model = build_machine_model(comp.machine, dtype=dtype)
     out = {}
     for p, B in shapes.items():

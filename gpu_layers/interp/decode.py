@@ -185,7 +185,7 @@ def _brev64(x):
     return int(f"{x:064b}"[::-1], 2)
 
 
-def _bfind_fn(t, shiftamt):
+def bfind_fn(t, shiftamt):
     w = TYPE_BITS[t]
     M = mask(w)
     signed = t[0] == "s"
@@ -201,7 +201,7 @@ def _bfind_fn(t, shiftamt):
     return f
 
 
-def _bfe_fn(t):
+def bfe_fn(t):
     w = TYPE_BITS[t]
     msb = w - 1
     signed = t[0] == "s"
@@ -225,7 +225,7 @@ def _bfe_fn(t):
     return f
 
 
-def _bfi_fn(t):
+def bfi_fn(t):
     w = TYPE_BITS[t]
     msb = w - 1
 
@@ -242,7 +242,7 @@ def _bfi_fn(t):
     return f
 
 
-def _prmt(a, b, c):
+def prmt(a, b, c):
     """prmt.b32 default mode: byte i of d = byte (c.nibble[i] & 7) of {b, a}; bit 3 sign-fills."""
     src = (b << 32) | a
     r = 0
@@ -255,7 +255,7 @@ def _prmt(a, b, c):
     return r
 
 
-def _lop3_fn(lut):
+def lop3_fn(lut):
     """lop3.b32: bit i of d = bit (a_i<<2 | b_i<<1 | c_i) of the 8-bit lookup table."""
     def f(a, b, c):
         r = 0
@@ -266,7 +266,7 @@ def _lop3_fn(lut):
     return f
 
 
-def _shf_fn(direction, mode):
+def shf_fn(direction, mode):
     def f(a, b, c):
         n = (c & 31) if mode == "wrap" else min(c, 32)
         v = (b << 32) | a
@@ -635,15 +635,15 @@ class Program:
         if k == "brev":
             return lanewise(_brev32 if w == 32 else _brev64, 1)
         if k == "bfind":
-            return lanewise(_bfind_fn(t, "shiftamt" in mods), 1, dbits=32, dsigned=False)
+            return lanewise(bfind_fn(t, "shiftamt" in mods), 1, dbits=32, dsigned=False)
         if k == "bfe":
-            return lanewise(_bfe_fn(t), 3, sbits=[w, 32, 32])
+            return lanewise(bfe_fn(t), 3, sbits=[w, 32, 32])
         if k == "bfi":
-            return lanewise(_bfi_fn(t), 4, sbits=[w, w, 32, 32])
+            return lanewise(bfi_fn(t), 4, sbits=[w, w, 32, 32])
         if k == "prmt":
-            return lanewise(_prmt, 3)
+            return lanewise(prmt, 3)
         if k == "lop3":
-            return lanewise(_lop3_fn(ops[4].value & 0xFF), 3)
+            return lanewise(lop3_fn(ops[4].value & 0xFF), 3)
         if k == "isat":
             lo, hi = _range("s32")
             sgn = _sx(32)
@@ -663,7 +663,7 @@ class Program:
             m = self.src(ops[0], 32, st)
             return Decoded("warp", _warpsync(m), 0, "", mcol=m, sync="any")
         if k == "shf":
-            return lanewise(_shf_fn(mods[0], mods[1]), 3)
+            return lanewise(shf_fn(mods[0], mods[1]), 3)
         if k == "setp":
             cmp = _cmp_fn(mods[0], t)
             boolop = mods[1] if len(mods) > 1 else None
@@ -1040,7 +1040,9 @@ def _testp_fn(mode):
         if mode == "notanumber":
             return int(fp.is_nan(x))
         if mode == "normal":
-            return int(e != 0 and e != fp.INF)
+            # PTX ISA, testp: "As a special case, positive and negative zero are considered
+            # normal numbers." (subnormals, inf and NaN are not normal)
+            return int((e != 0 and e != fp.INF) or (x & 0x7FFFFFFF) == 0)
         return int(e == 0 and m != 0)     # subnormal
     return f
 

@@ -3,8 +3,9 @@
 `SUPPORTED` is the table of instruction forms (full dotted opcode text, exactly as nvcc writes it,
 e.g. "ld.global.v4.u32", "cvt.rzi.s32.f32", "setp.ltu.f32") the reference interpreter implements,
 each with its operand signature. The interpreter decodes instructions through this same table and
-`tests/test_validator.py` executes one synthetic instance of every form, so the table and the
-interpreter cannot drift apart: anything not listed here is refused by name, never run wrongly.
+`tests/test_validator.py` runs one checked instance of every form (its results compared with an
+independent reference), so the table and the interpreter cannot drift apart: anything not listed
+here is refused by name, never run wrongly.
 
 Operand signature letters (comma separated):
   d  destination register (or `_`)       s  source: register, immediate or special register
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import (
-    TYPE_BITS, Addr, FImm, Imm, Kernel, Module, Pair, Reg, Sink, Sym, Vec,
+    Addr, FImm, Imm, Kernel, Module, Pair, Reg, Sink, Sym, Vec,
 )
 
 
@@ -49,7 +50,6 @@ SPECIAL_REGS = {
     f"%{n}.{c}" for n in ("tid", "ntid", "ctaid", "nctaid") for c in "xyz"
 } | {"%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid",
      "%lanemask_eq", "%lanemask_lt", "%lanemask_le", "%lanemask_gt", "%lanemask_ge"}
-SPECIAL_REG_BITS = {n: (64 if n == "%gridid" else 32) for n in SPECIAL_REGS}
 
 
 def _add(name, kind, sig):
@@ -417,7 +417,3 @@ def fusion_warnings(kernel: Kernel) -> list[str]:
                                f"{plain_mul[op.name]}; ptxas may fuse them into an fma on a real GPU "
                                f"(use __fmul_rn/__fadd_rn for a bit-defined result)")
     return out
-
-
-def type_bits(t: str) -> int:
-    return TYPE_BITS[t]

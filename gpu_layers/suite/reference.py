@@ -1524,11 +1524,13 @@ def lop3(a, b, c, lut):
 
 
 def testp_bits(f):
+    # PTX ISA, testp: "As a special case, positive and negative zero are considered normal
+    # numbers." So .normal holds for +-0 and normal numbers, .subnormal only for subnormals.
     u = fbits(f)
     e, m = (u >> 23) & 0xFF, u & 0x7FFFFF
     nan, inf = e == 255 and m != 0, e == 255 and m == 0
     return (int(not nan and not inf) | int(inf) << 1 | int(not nan) << 2 | int(nan) << 3
-            | int(0 < e < 255) << 4 | int(e == 0 and m != 0) << 5)
+            | int(0 < e < 255 or (e == 0 and m == 0)) << 4 | int(e == 0 and m != 0) << 5)
 
 
 @ref("inline_ptx_ops")
