@@ -85,11 +85,8 @@ TEXT = (b"The quick brown fox jumps over the lazy dog while 42 GPUs hum; "
         b"SIMT lanes diverge, reconverge & vote. Qwen writes CUDA, nvcc emits PTX!")
 
 
-def build():
-    cases = []
-    add = cases.append
-
-    # ---------------------------------------------------------------- integer arithmetic
+def integer_arithmetic(add):
+    """Integer arithmetic: hashes, RNGs, products, division, number theory."""
     rng = random.Random(1)
     text = TEXT[:60]
     add(case("rolling_hash", [3], [16], [B("text", "u32*", pack_bytes(text)), S("n", "i32", 52), S("w", "i32", 5),
@@ -211,7 +208,9 @@ def build():
     add(case("prime_trial", [2], [16], [B("in", "u32*", vals), O("factor", "u32*", 32), O("is_prime", "i32*", 32)],
              ["rem-unsigned", "div-unsigned", "loop", "early-return", "divergence", "multi-block"]))
 
-    # ---------------------------------------------------------------- bit operations
+
+def bit_operations(add):
+    """Bit operations: counts, fields, shifts, permutations, CRC."""
     rng = random.Random(20)
     vals = [0, 1, 2**63, 2**64 - 1, 0xFFFFFFFF, 0x100000000, 0x8000000000000001, 0x0F0F0F0F0F0F0F0F]
     vals += [r_u64(rng) >> rng.randint(0, 63) for _ in range(24)]
@@ -290,7 +289,9 @@ def build():
                                           O("out64", "i64*", 64)],
              ["min-max", "abs", "abs-diff", "select", "compare", "int64", "multi-block"]))
 
-    # ---------------------------------------------------------------- control flow
+
+def control_flow(add):
+    """Control flow: interpreters, searches, divergence, strings."""
     # bytecode programs: ops 0 halt,1 addi,2 muli,3 xori,4 shri,5 loop,6 setcnt,7 swap,8 addb,9 jneg
     def w(op, arg=0):
         return ((arg << 8) | op) & 0xFFFFFFFF
@@ -380,7 +381,9 @@ def build():
                                           O("prefix", "i32*", 16)],
              ["bytes", "string", "while-loop", "compare", "data-dependent-loop"]))
 
-    # ---------------------------------------------------------------- memory
+
+def memory(add):
+    """Memory: shared (static and dynamic), local arrays, small types, structs."""
     rng = random.Random(40)
     add(case("shared_reverse", [3], [16], [B("in", "i32*", [rng.randint(-10**8, 10**8) for _ in range(48)]),
                                             O("rev", "i32*", 48), O("diff", "i32*", 48)],
@@ -478,7 +481,9 @@ def build():
                                            O("small", "i32*", 16)],
              ["struct", "bytes", "halfwords", "sign-extend", "int64", "int64-shift", "bounds-check", "multi-block"]))
 
-    # ---------------------------------------------------------------- atomics
+
+def atomics(add):
+    """Atomics: integer and float, global and shared."""
     rng = random.Random(50)
     n = 40
     add(case("atomic_minmax_keys", [3], [16], [S("n", "i32", n), B("keys", "i32*", [rng.randint(0, 1000) for _ in range(48)]),
@@ -526,7 +531,9 @@ def build():
              ["histogram", "atomic-shared", "atomic-add", "shared-static", "syncthreads", "grid-stride", "bytes",
               "multi-block"]))
 
-    # ---------------------------------------------------------------- warp-level
+
+def warp_level(add):
+    """Warp-level: shuffles, votes, compaction, scans."""
     rng = random.Random(60)
     srcs = [0, 1, 3, 4, 7, 8, 15, 16, 31, 32, 33, -1, -2, -33, 63, 100] * 4
     rng.shuffle(srcs)
@@ -564,7 +571,9 @@ def build():
                                            B("head", "i32*", heads), O("out", "i32*", 64), O("seg_start", "i32*", 64)],
              ["scan", "ballot", "clz", "shfl-up", "multi-block"]))
 
-    # ---------------------------------------------------------------- floating point
+
+def floating_point(add):
+    """Single precision: rounding modes, conversions, edge cases."""
     rng = random.Random(70)
     xs = [0.0, 1.0, -1.0, 0.5, 2.0, -2.5, 1.0 / 3.0, 3.14159] + [rng.uniform(-3, 3) for _ in range(16)]
     coef = [1.0, -0.5, 1.0 / 6.0, 0.1, -1.0 / 24.0, 0.3, -0.01]
@@ -708,6 +717,17 @@ def build():
                                          B("y", "f32*", [rng.uniform(-9, 9) for _ in range(16)]),
                                          O("sad", "u32*", 32), O("cs", "f32*", 16)],
              ["sad", "copysign"]))
+
+
+# The steps build() runs, in order (the order of cases.json).
+STEPS = (integer_arithmetic, bit_operations, control_flow, memory, atomics, warp_level, floating_point)
+
+
+def build():
+    """Every case of the suite: each step appends its cases in turn."""
+    cases = []
+    for step in STEPS:
+        step(cases.append)
     return cases
 
 
