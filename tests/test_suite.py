@@ -185,3 +185,42 @@ def test_compare_sees_single_bit_and_signed_zero_differences():
     probs = compare("t", b, a)
     assert len(probs) == 2 and "x: 1 element" in probs[0] and "y: 1 element" in probs[1]
     assert compare("t", {"x": a["x"].astype(np.int32), "y": a["y"]}, a)
+
+
+def test_gpu_check_script_marshals_every_dtype(tmp_path):
+    """scripts/gpu_check_suite.py without a GPU: a stand-in for CuPy whose kernel launch is the
+    interpreter shows that the script passes f32/f64 scalars and buffers with the right types."""
+    import importlib.util
+    import types
+
+    from gpu_layers.cases import DTYPES
+    from gpu_layers.interp import Scalar, launch
+    from gpu_layers.ptx import parse_ptx
+
+    spec = importlib.util.spec_from_file_location("gpu_check_suite", SUITE_DIR.parents[1] / "scripts" / "gpu_check_suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert {k: np.dtype(v) for k, v in mod.SCALAR_DTYPES.items()} == {k: np.dtype(v) for k, v in DTYPES.items()}
+    kinds = {np.dtype(v): k for k, v in DTYPES.items()}
+
+    class Module:
+        def __init__(self, path):
+            self.ptx = open(path).read()
+
+        def get_function(self, name):
+            def fn(grid, block, args, shared_mem=0):
+                conv = [a if isinstance(a, np.ndarray) else Scalar(kinds[np.asarray(a).dtype], a.item())
+                        for a in args]
+                res = launch(parse_ptx(self.ptx).kernel(name), grid, block, conv, shared_mem)
+                for a, b in zip(args, res.buffers):
+                    if b is not None:
+                        a[...] = b
+            return fn
+
+    cp = types.SimpleNamespace(asarray=np.array, asnumpy=np.array, RawModule=lambda path: Module(path),
+                               cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: None)))
+    runner = mod.GpuRunner(cp, "9.0", False, None)
+    for name in ("f64_arith", "f64_atomic_add", "f32_promote_f64", "nan_results", "horner_poly"):
+        got = runner.run(CASES[name])
+        problems = compare(name, got, REFERENCES[name](RAW[name]))
+        assert not problems, problems

@@ -767,8 +767,9 @@ def double_precision(add):
 
     v = [rng.randint(-4000, 4000) / 8.0 for _ in range(64)]
     add(case("f64_atomic_add", [2], [32], [B("v", "f64*", v), B("acc", "f64*", [0.5, -2.0, 0.0, 1e6, 0.0], True),
-                                            O("per_block", "f64*", 4)],
-             ["f64", "atomic-f64", "atomic-add", "atomic-shared", "shared-static", "syncthreads", "multi-block"]))
+                                            O("per_block", "f64*", 4), S("scale", "f64", 0.375)],
+             ["f64", "f64-param", "atomic-f64", "atomic-add", "atomic-shared", "shared-static", "syncthreads",
+              "multi-block"]))
 
     vals = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-8, 8) for _ in range(128)]
     vals[5], vals[77] = 5e-324, -1e300

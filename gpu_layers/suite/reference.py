@@ -1843,7 +1843,7 @@ def ref_f64_atomic_add(case):
     acc = [fr64(a) for a in L["acc"]]
     acc[0] += exact(v)
     for t in range(L.nthreads):
-        acc[1 + t % 3] += fr64(v[t]) / 2
+        acc[1 + t % 3] += fr64(dmul(v[t], L["scale"]))
     for blk in range(L.nblocks):
         for j in range(2):
             part = exact(v[blk * n + i] for i in range(j, n, 2))
