@@ -129,7 +129,7 @@ def _build():
             _add(f"slct.{t}.{ct}", "slct", "d,s,s,s")
     for t in ANY_INT + ("f32", "f64", "pred"):
         _add(f"mov.{t}", "mov", "M,m")
-    # float (f32 only; every result rounded once, to nearest even)
+    # float, f32 (every result rounded once, to nearest even; f64 forms below)
     for op in ("add", "sub", "mul"):
         _add(f"{op}.f32", "fbin", "d,s,s")
         _add(f"{op}.rn.f32", "fbin", "d,s,s")
