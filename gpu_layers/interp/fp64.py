@@ -38,8 +38,11 @@ them with a real GPU. NOTE: the often-quoted "canonical" 0x7FFFFFFFFFFFFFFF is n
 sources above describe for f64 arithmetic.
 
 min/max: the non-NaN operand when exactly one is NaN, b's NaN (quieted) when both are, and -0.0
-orders below +0.0 (PTX ISA min/max). testp mirrors fp.py (zero is not "normal"; see the note in
-the report / fp.py's _testp_fn).
+orders below +0.0 (PTX ISA min/max). testp mirrors the f32 handler (decode._testp_fn): zero is not
+"normal", although the PTX ISA's testp text says "positive and negative zero are considered normal
+numbers"; neither is checked on a GPU yet, and f32 and f64 are kept consistent.
+abs/neg of a NaN: passed through with the quiet bit set (a DADD with a negate/abs modifier, which is
+how ptxas is assumed to implement them); for a quiet NaN that is exactly "unchanged".
 """
 from __future__ import annotations
 
