@@ -8,11 +8,12 @@ A case file holds one case object or a list of them:
               {"name": "y", "type": "f32*", "data": [...], "output": true}],
      "features": [...]}
 
-Scalar types `i32 u32 i64 u64 f32`; a buffer type adds `*` and has `data` (its full initial
+Scalar types `i32 u32 i64 u64 f32 f64`; a buffer type adds `*` and has `data` (its full initial
 contents), optionally `"output": true`. Exactly one of `source` (a .cu path, relative to the case
 file's folder) or `ptx` (PTX text inline) gives the kernel; a case may carry both, `ptx` wins.
 Optional: `arch` (default "sm_75"), `features`, `dynamic_shared_bytes` (default 0). f32 values
-may also be the strings "nan", "inf", "-inf". Validation is strict (CaseError names the case and
+and f64 values may also be the strings "nan", "inf", "-inf" (a NaN with chosen bits goes through
+an integer buffer and a bit cast in the kernel). Validation is strict (CaseError names the case and
 the field); launch limits are checked again by the interpreter (LaunchError).
 
 `Case.ptx()` returns the PTX: the inline text, or the source compiled with
@@ -32,8 +33,9 @@ import numpy as np
 
 from gpu_layers.errors import CaseError
 
-SCALAR_TYPES = ("i32", "u32", "i64", "u64", "f32")
-DTYPES = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "f32": np.float32}
+SCALAR_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
+DTYPES = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "f32": np.float32,
+          "f64": np.float64}
 RANGES = {"i32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-2**63, 2**63 - 1),
           "u64": (0, 2**64 - 1)}
 MAX_BUFFER_ELEMENTS = 1 << 20
@@ -147,6 +149,23 @@ def _f32(x, where):
     return f
 
 
+def _f64(x, where):
+    if isinstance(x, str):
+        m = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "+inf": math.inf}
+        if x.lower() not in m:
+            _err(where, f"bad f64 value {x!r}")
+        return np.float64(m[x.lower()])
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        _err(where, f"f64 value must be a number, got {x!r}")
+    try:
+        v = float(x)
+    except OverflowError:
+        v = math.inf
+    if isinstance(x, int) and v != x:
+        _err(where, f"integer {x} is not exactly representable in f64")
+    return np.float64(v)
+
+
 def _int(x, t, where):
     if isinstance(x, bool) or not isinstance(x, int):
         _err(where, f"{t} value must be an integer, got {x!r}")
@@ -241,6 +260,8 @@ def parse_case(obj, base_dir: Path | None = None, index: int = 0, path: Path | N
                 _err(aw, f"more than {MAX_BUFFER_ELEMENTS} elements")
             if et == "f32":
                 arr = np.array([_f32(x, f"{aw}[{j}]") for j, x in enumerate(data)], dtype=np.float32)
+            elif et == "f64":
+                arr = np.array([_f64(x, f"{aw}[{j}]") for j, x in enumerate(data)], dtype=np.float64)
             else:
                 arr = np.array([_int(x, et, f"{aw}[{j}]") for j, x in enumerate(data)],
                                dtype=DTYPES[et])
@@ -253,7 +274,7 @@ def parse_case(obj, base_dir: Path | None = None, index: int = 0, path: Path | N
             if "value" not in a:
                 _err(aw, "missing 'value'")
             v = a["value"]
-            v = float(_f32(v, aw)) if et == "f32" else _int(v, et, aw)
+            v = float(_f32(v, aw)) if et == "f32" else float(_f64(v, aw)) if et == "f64" else _int(v, et, aw)
             args.append(CaseArg(an, t, value=v))
     return Case(name=name, kernel=kernel, grid=grid, block=block, args=args,
                 dynamic_shared_bytes=dsm, source=src_path, ptx_text=ptx, arch=arch,

@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SCALAR_DTYPES = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "f32": np.float32}
+# every scalar type of the case format (gpu_layers.cases.SCALAR_TYPES), f64 included; buffers keep
+# their numpy dtype (float64 buffers travel as they are)
+SCALAR_DTYPES = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64, "f32": np.float32,
+                 "f64": np.float64}
 
 
 def die(msg: str, status: int = 2):

@@ -173,3 +173,40 @@ def test_cache_dir_default(monkeypatch, tmp_path):
     monkeypatch.delenv("QWENGPU_CACHE", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cases_mod.cache_dir() == tmp_path / ".cache" / "qwengpu" / "ptx"
+
+
+PTX64 = kernel_ptx(BODY.replace("ld.param.f32 \t%f1", "ld.param.f64 \t%fd1").replace(
+    "mul.wide.u32 \t%rd2, %r2, 4", "mul.wide.u32 \t%rd2, %r2, 8").replace(
+    "ld.global.f32 \t%f2", "ld.global.f64 \t%fd2").replace(
+    "mul.rn.f32 \t%f3, %f2, %f1", "mul.rn.f64 \t%fd3, %fd2, %fd1").replace(
+    "st.global.f32 \t[%rd3], %f3", "st.global.f64 \t[%rd3], %fd3"),
+    params=[("n", "u32"), ("a", "f64"), ("y", "u64")], name="scale", decls="\t.reg .f64 \t%fd<4>;\n")
+
+
+def _case64(**over):
+    c = _case(ptx=PTX64)
+    c["args"][1].update(type="f64", value=0.1)
+    c["args"][2].update(type="f64*", data=[1.0, 2.0, -3.0, "nan"])
+    c.update(over)
+    return c
+
+
+def test_f64_scalars_and_buffers(tmp_path):
+    c = load_case(_write(tmp_path, _case64()))
+    assert c.args[1].value == 0.1 and c.args[2].data.dtype == np.float64
+    out = run_case(c).outputs["y"]
+    assert out.dtype == np.float64
+    assert out[:3].tolist() == [0.1, 0.2, -0.30000000000000004] and np.isnan(out[3])
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda c: c["args"][2].update(data=[1, "x"]), "bad f64"),
+    (lambda c: c["args"][2].update(data=[2**53 + 1]), "not exactly representable"),
+    (lambda c: c["args"][1].update(value=[1.0]), "must be a number"),
+    (lambda c: c["args"][1].update(value=True), "must be a number"),
+])
+def test_f64_strict_validation(tmp_path, mutate, match):
+    obj = _case64()
+    mutate(obj)
+    with pytest.raises(CaseError, match=match):
+        load_cases(_write(tmp_path, obj))

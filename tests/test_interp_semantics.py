@@ -767,3 +767,130 @@ def test_atomics_with_a_scope():
     out = np.zeros(2, np.uint32)
     res = run_ptx(kernel_ptx(body + "\tret;\n"), 1, 32, [out])
     assert list(res.buffers[0]) == [32, 64]
+
+
+# ------------------------------------------------------------------------------------ f64
+
+F64_DECLS = "\t.reg .f64 \t%fd<32>;\n\t.shared .align 8 .b8 sh64[64];\n"
+
+
+def d2b(v):
+    return struct.unpack("<Q", struct.pack("<d", v))[0]
+
+
+def test_f64_ops_in_a_kernel():
+    """Decoding of the f64 forms: parameters, 0d literals, every rounding mode, vectors, bit moves,
+    conversions, setp/selp/testp and atomics, each lane against interp/fp64.py directly."""
+    from gpu_layers.interp import Scalar
+    from gpu_layers.interp import fp64 as F
+
+    body = r"""	ld.param.f64 	%fd1, [s];
+	ld.param.u64 	%rd20, [inp];
+	cvta.to.global.u64 	%rd20, %rd20;
+	mul.wide.u32 	%rd21, %r100, 16;
+	add.s64 	%rd22, %rd20, %rd21;
+	ld.global.v2.f64 	{%fd2, %fd3}, [%rd22];
+	mul.wide.u32 	%rd23, %r100, 128;
+	ld.param.u64 	%rd24, [res];
+	cvta.to.global.u64 	%rd24, %rd24;
+	add.s64 	%rd25, %rd24, %rd23;
+	add.rn.f64 	%fd4, %fd2, %fd3;
+	sub.rz.f64 	%fd5, %fd2, %fd1;
+	mul.rp.f64 	%fd6, %fd2, 0d3FB999999999999A;
+	fma.rm.f64 	%fd7, %fd2, %fd3, %fd1;
+	st.global.v2.f64 	[%rd25], {%fd4, %fd5};
+	st.global.v2.f64 	[%rd25+16], {%fd6, %fd7};
+	div.rp.f64 	%fd8, %fd2, %fd3;
+	sqrt.rz.f64 	%fd9, %fd2;
+	rcp.rm.f64 	%fd10, %fd3;
+	max.f64 	%fd11, %fd2, %fd3;
+	st.global.f64 	[%rd25+32], %fd8;
+	st.global.f64 	[%rd25+40], %fd9;
+	st.global.f64 	[%rd25+48], %fd10;
+	st.global.f64 	[%rd25+56], %fd11;
+	cvt.rn.f32.f64 	%f1, %fd2;
+	cvt.f64.f32 	%fd12, %f1;
+	cvt.rzi.s32.f64 	%r1, %fd2;
+	cvt.rm.f64.s32 	%fd13, %r100;
+	mov.b64 	{%r2, %r3}, %fd2;
+	mov.b64 	%fd14, {%r3, %r2};
+	st.global.f64 	[%rd25+64], %fd12;
+	st.global.u32 	[%rd25+72], %r1;
+	st.global.f64 	[%rd25+80], %fd13;
+	st.global.f64 	[%rd25+88], %fd14;
+	setp.ltu.and.f64 	%p1, %fd2, %fd3, %p0;
+	selp.f64 	%fd15, %fd2, 0dBFF0000000000000, %p1;
+	testp.notanumber.f64 	%p2, %fd2;
+	selp.u32 	%r4, 1, 0, %p2;
+	neg.f64 	%fd16, %fd2;
+	abs.f64 	%fd17, %fd16;
+	st.global.f64 	[%rd25+96], %fd15;
+	st.global.u32 	[%rd25+104], %r4;
+	st.global.f64 	[%rd25+112], %fd17;
+	mov.u64 	%rd26, sh64;
+	st.shared.f64 	[sh64], 0d0000000000000000;
+	bar.sync 	0;
+	atom.shared.add.f64 	%fd18, [sh64], %fd2;
+	bar.sync 	0;
+	ld.shared.f64 	%fd19, [sh64];
+	st.global.f64 	[%rd25+120], %fd19;
+"""
+    body = "\tsetp.eq.u32 \t%p0, 1, 1;\n" + body
+    params = [("out", "u64"), ("s", "f64"), ("inp", "u64"), ("res", "u64")]
+    rng = random.Random(3)
+    n = 8
+    xs = [2.5, -1e-310, 7.0, float("nan"), 1e308, -0.0, 3.0, 0.1]
+    ys = [rng.uniform(-5, 5) for _ in range(n)]
+    ys[2] = 0.0
+    inp = np.array([v for p in zip(xs, ys) for v in p], np.float64)
+    res = np.zeros(16 * n, np.float64)
+    s = 1.25
+    out = run_ptx(kernel_ptx(OUT + body + "\tret;\n", params=params, decls=F64_DECLS), 1, n,
+                  [np.zeros(n, np.uint32), Scalar("f64", s), inp, res]).buffers[3]
+    got = out.view(np.uint64).reshape(n, 16)
+    S = d2b(s)
+    acc = 0
+    for x in map(d2b, xs):
+        acc = F.add(acc, x)
+    for t in range(n):
+        x, y = d2b(xs[t]), d2b(ys[t])
+        g = [int(v) for v in got[t]]
+        assert g[0] == F.add(x, y) and g[1] == F.sub(x, S, "rz") and g[2] == F.mul(x, 0x3FB999999999999A, "rp")
+        assert g[3] == F.fma(x, y, S, "rm") and g[4] == F.div(x, y, "rp") and g[5] == F.sqrt(x, "rz")
+        assert g[6] == F.rcp(y, "rm") and g[7] == F.fmax(x, y)
+        assert g[8] == F.from_f32(F.to_f32(x, "rn"))
+        assert g[9] & 0xFFFFFFFF == F.to_int(x, "rzi", -(2**31), 2**31 - 1) & 0xFFFFFFFF
+        assert g[10] == F.from_int(t, "rm") and g[11] == ((x & 0xFFFFFFFF) << 32) | (x >> 32)
+        lt = F.cmp_fn("ltu")(x, y)
+        assert g[12] == (x if lt else d2b(-1.0)) and g[13] & 0xFFFFFFFF == int(F.is_nan(x))
+        assert g[14] == F.fabs(F.neg(x))
+        assert g[15] == acc                                        # lane-order atomic sum
+    assert got[3][8] == 0x7FF8000000000000                         # the NaN's payload survives both ways
+
+
+def test_f64_nan_and_conversion_rules():
+    from gpu_layers.interp import fp64 as F
+
+    # f32 -> 64-bit integer of a NaN: 1 << 63 (PTX ISA cvt); to 32 bits: 0
+    assert fp.f32_to_int(fp.CANON_NAN, "rzi", -(2**63), 2**63 - 1) & (2**64 - 1) == 1 << 63
+    assert fp.f32_to_int(fp.CANON_NAN, "rni", 0, 2**64 - 1) == 1 << 63
+    assert fp.f32_to_int(fp.CANON_NAN, "rni", -(2**31), 2**31 - 1) == 0
+    assert F.to_int(F.DEFAULT_NAN, "rzi", -(2**31), 2**31 - 1) == -(2**31)
+    assert F.to_int(F.DEFAULT_NAN, "rzi", 0, 2**32 - 1) == 1 << 31
+
+
+def test_f64_validation():
+    from gpu_layers.errors import UnsupportedPTX
+    from gpu_layers.ptx import parse_ptx
+    from gpu_layers.ptx.validator import fusion_warnings, validate
+
+    for ins in ("rcp.approx.ftz.f64 \t%fd1, %fd2", "rsqrt.approx.f64 \t%fd1, %fd2",
+                "ld.global.v4.f64 \t{%fd1, %fd2, %fd3, %fd4}, [%rd1]", "mov.f64 \t%fd1, 0f3F800000"):
+        with pytest.raises(UnsupportedPTX):
+            text = kernel_ptx(f"\t{ins};\n\tret;\n", decls=F64_DECLS)
+            validate(parse_ptx(text))
+            run_ptx(text, 1, 1, [np.zeros(1, np.uint32)])
+    text = kernel_ptx("\tmul.f64 \t%fd1, %fd2, %fd3;\n\tadd.f64 \t%fd4, %fd1, %fd5;\n"
+                      "\tmul.rn.f64 \t%fd6, %fd2, %fd3;\n\tadd.f64 \t%fd7, %fd6, %fd5;\n\tret;\n", decls=F64_DECLS)
+    w = fusion_warnings(parse_ptx(text).kernel())
+    assert len(w) == 1 and "mul.f64" in w[0] and "__dmul_rn" in w[0]

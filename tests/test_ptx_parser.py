@@ -192,3 +192,14 @@ def test_inline_asm_registers_without_percent():
     setp, mov = k.instructions[:2]
     assert setp.operands[0] == Reg("p") and mov.guard == Guard("p", False)
     assert k.reg_types()["p"] == "pred"
+
+
+def test_f64_literals():
+    from gpu_layers.interp.snippets import kernel_ptx
+
+    text = kernel_ptx("\tmov.f64 \t%fd1, 0d3FE0000000000000;\n\tadd.rn.f64 \t%fd2, %fd1, 0dFFF8000000000000;\n\tret;\n",
+                      decls="\t.reg .f64 \t%fd<4>;\n")
+    k = parse_ptx(text).kernel()
+    assert k.instructions[0].operands[1] == FImm(0x3FE0000000000000, 64)
+    assert str(k.instructions[1].operands[2]) == "0dFFF8000000000000"
+    assert k.instructions[1].types == ("f64",) and k.instructions[1].modifiers == ("rn",)

@@ -22,13 +22,13 @@ UNSUPPORTED_BODY = """\
 \ttex.2d.v4.f32.f32 \t{%f1, %f2, %f3, %f4}, [tex0, {%f5, %f6}];
 \tdiv.approx.f32 \t%f1, %f2, %f3;
 \tdiv.full.f32 \t%f1, %f2, %f3;
-\tadd.f64 \t%fd1, %fd2, %fd3;
+\trcp.approx.ftz.f64 \t%fd1, %fd2;
 \tmma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 \t{%f1, %f2, %f3, %f4}, {%r1, %r2}, {%r3}, {%f1, %f2, %f3, %f4};
 \tex2.approx.f32 \t%f1, %f2;
 \tadd.ftz.f32 \t%f1, %f2, %f3;
 \tadd.cc.u32 \t%r1, %r2, %r3;
 \tcall.uni \thelper, (%r1);
-\tld.global.f64 \t%fd1, [%rd1];
+\trsqrt.approx.f64 \t%fd1, %fd2;
 \tmov.u32 \t%r1, %clock;
 \tadd.s32 \t%r1, %r2, %r999;
 \tret;
@@ -53,13 +53,13 @@ def test_unsupported_constructs_are_all_listed_by_name_and_line():
         ("tex.2d.v4.f32.f32", "not supported"),
         ("div.approx.f32", "not bit-defined"),
         ("div.full.f32", "not bit-defined"),
-        ("add.f64", "f64"),
+        ("rcp.approx.ftz.f64", "not bit-defined"),
         ("mma.sync", "mma"),
         ("ex2.approx.f32", "not bit-defined"),
         ("add.ftz.f32", "ftz"),
         ("add.cc.u32", "carry"),
         ("call.uni", "call not supported"),
-        ("ld.global.f64", "f64"),
+        ("rsqrt.approx.f64", "not bit-defined"),
     ]:
         ln = line_of(needle)
         hit = [p for p in probs if p.startswith(f"line {ln}:")]
@@ -68,7 +68,7 @@ def test_unsupported_constructs_are_all_listed_by_name_and_line():
     assert f"line {line_of('%clock')}:" in joined and "%clock" in joined
     assert "%r999" in joined and "not declared" in joined
     assert ".func/call not supported" in joined
-    assert "registers of type .f64 are not supported" in joined
+    assert not any("registers of type .f64" in p for p in probs)      # f64 is supported
 
 
 def test_validation_happens_before_execution():
@@ -1172,7 +1172,7 @@ def test_problems_are_scoped_to_the_kernel_and_sorted():
 {
 \t.reg .b64 \t%rd<3>;
 \t.reg .f64 \t%fd<3>;
-\tadd.f64 \t%fd1, %fd2, %fd2;
+\trcp.approx.ftz.f64 \t%fd1, %fd2;
 \tmov.u64 \t%rd1, $str;
 \tret;
 }
@@ -1184,6 +1184,6 @@ def test_problems_are_scoped_to_the_kernel_and_sorted():
     probs = ei.value.problems
     lines = [int(p.split(":")[0][5:]) for p in probs]
     assert lines == sorted(lines)
-    assert any("$str" in p for p in probs) and any("add.f64" in p for p in probs)
+    assert any("$str" in p for p in probs) and any("rcp.approx.ftz.f64" in p for p in probs)
     with pytest.raises(UnsupportedPTX, match="no .entry"):
         validate(parse_ptx(text.split(".visible")[0]))

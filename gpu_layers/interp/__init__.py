@@ -1,7 +1,7 @@
 """The reference SIMT interpreter: the definition of the machine (see machine.py for the rules).
 
     run_case(case, lanes=4, step_budget=None, trace=False) -> RunResult
-        .outputs       {buffer name: numpy array (int32/uint32/int64/uint64/float32), full length}
+        .outputs       {buffer name: numpy array (int32/uint32/int64/uint64/float32/float64), full length}
                        for every buffer marked "output" (every buffer if none is marked)
         .buffers       {buffer name: numpy array} for every buffer argument
         .steps         warp-instruction steps

@@ -31,7 +31,7 @@ import struct
 from dataclasses import dataclass, field
 
 from gpu_layers.errors import ExecutionError, UninitializedRead, UnsupportedPTX
-from gpu_layers.interp import fp
+from gpu_layers.interp import fp, fp64
 from gpu_layers.interp.memory import GLOBAL_BASE, LOCAL_WINDOW, M64, SHARED_WINDOW, WINDOW_SIZE
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, FImm, Imm, Pair, Reg, Sink, Sym, Vec
 from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
@@ -283,6 +283,8 @@ _ICMP = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator
 
 def _cmp_fn(op, t):
     """setp comparison on t-width bit patterns -> 0/1."""
+    if t == "f64":
+        return fp64.cmp_fn(op)
     if t == "f32":
         b2f = fp.b2f
         if op == "num":
@@ -323,12 +325,33 @@ def _cvt_fn(mods, dt, st):
     return lambda x: val(x) & M
 
 
+def _cvt64_fn(mods, dt, st):
+    """cvt forms with an f64 source or destination (interp/fp64.py)."""
+    rnd = next((m for m in mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")), None)
+    if dt == "f64" and st == "f32":
+        return fp64.from_f32
+    if dt == "f32":
+        return lambda x: fp64.to_f32(x, rnd)
+    if dt == "f64" and st == "f64":
+        if rnd:
+            return lambda x: fp64.round_integral(x, rnd)
+        return fp64.sat01
+    if dt == "f64":
+        val = _sx(TYPE_BITS[st]) if st[0] == "s" else (lambda x: x)
+        return lambda x: fp64.from_int(val(x), rnd)
+    lo, hi = _range(dt)
+    M = mask(TYPE_BITS[dt])
+    return lambda x: fp64.to_int(x, rnd, lo, hi) & M
+
+
 def _atom_fn(op, t):
     w = TYPE_BITS[t]
     M = mask(w)
     if op == "add":
         if t == "f32":
             return lambda old, b, c: fp.atom_add(old, b)
+        if t == "f64":
+            return lambda old, b, c: fp64.atom_add(old, b)
         return lambda old, b, c: (old + b) & M
     if op in ("min", "max"):
         pick = min if op == "min" else max
@@ -501,7 +524,7 @@ class Program:
                 return self._const(1 if op.value else 0)
             return self._const(op.value & mask(bits))
         if isinstance(op, FImm):
-            if op.width != 32 or bits != 32:
+            if op.width != bits or bits not in (32, 64):
                 raise _Bad(f"float literal {op} for a {bits}-bit operand")
             return self._const(op.bits)
         if isinstance(op, Sym):
@@ -696,6 +719,8 @@ class Program:
             return lanewise(f, 2)
         if k == "fminmax":
             return lanewise(fp.fmin if ins.opcode == "min" else fp.fmax, 2)
+        if k in ("dbin", "dfma", "dunary", "dminmax", "dbits", "dcopysign", "dtestp", "dcvt"):
+            return self._decode_f64(ins, k, mods, types, lanewise)
         if k == "ffma":
             rmode = next((m for m in mods if m in ("rz", "rm", "rp")), None)
             return lanewise(fp.directed("fma", rmode) if rmode else fp.fma, 3)
@@ -755,6 +780,30 @@ class Program:
         if k == "exit":
             return Decoded("exit", None, 0, "")
         raise AssertionError(f"no decoder for form kind {k!r}")
+
+    def _decode_f64(self, ins, k, mods, types, lanewise):
+        """The f64 form kinds (exact binary64, interp/fp64.py)."""
+        rmode = next((m for m in mods if m in ("rn", "rz", "rm", "rp")), "rn")
+        op = ins.opcode
+        if k == "dbin":
+            f = {"add": fp64.add, "sub": fp64.sub, "mul": fp64.mul, "div": fp64.div}[op]
+            return lanewise(f if rmode == "rn" else (lambda x, y: f(x, y, rmode)), 2)
+        if k == "dfma":
+            return lanewise(fp64.fma if rmode == "rn" else (lambda x, y, z: fp64.fma(x, y, z, rmode)), 3)
+        if k == "dunary":
+            f = fp64.sqrt if op == "sqrt" else fp64.rcp
+            return lanewise(f if rmode == "rn" else (lambda x: f(x, rmode)), 1)
+        if k == "dminmax":
+            return lanewise(fp64.fmin if op == "min" else fp64.fmax, 2)
+        if k == "dbits":
+            return lanewise(fp64.fabs if op == "abs" else fp64.neg, 1)
+        if k == "dcopysign":
+            return lanewise(fp64.copysign, 2)
+        if k == "dtestp":
+            return lanewise(fp64.testp_fn(mods[0]), 1, dbits=1, dsigned=False)
+        dt, s_t = types                   # dcvt
+        return lanewise(_cvt64_fn(mods, dt, s_t), 1, dbits=TYPE_BITS[dt], dsigned=dt[0] == "s",
+                        sbits=[TYPE_BITS[s_t]])
 
     def _decode_mov(self, ins, st, t, w):
         ops = ins.operands

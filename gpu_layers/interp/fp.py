@@ -160,9 +160,13 @@ def int_to_f32(v: int, mode: str) -> int:
 
 
 def f32_to_int(x: int, mode: str, lo: int, hi: int) -> int:
-    """binary32 bits -> integer rounded by rni/rzi/rmi/rpi, saturated to [lo, hi]; NaN -> 0."""
+    """binary32 bits -> integer rounded by rni/rzi/rmi/rpi, saturated to [lo, hi]; NaN -> 0 for a
+    destination of up to 32 bits, 1 << 63 (MININT for .s64) for a 64-bit one (PTX ISA cvt, Integer
+    Notes; seen on an A100: float32 NaN -> int64 is INT64_MIN, -> int32 is 0)."""
     f = b2f(x)
     if f != f:
+        if hi > 0xFFFFFFFF:
+            return lo if lo < 0 else (hi + 1) >> 1
         return 0
     if f == math.inf:
         return hi

@@ -83,7 +83,7 @@ MAX_SHARED_BYTES = 48 * 1024
 MAX_THREADS_PER_BLOCK = 1024
 MAX_THREADS_PER_LAUNCH = 1 << 20
 
-SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4}
+SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
 
 
 
@@ -160,6 +160,10 @@ def _pack_scalar(p, a, i):
             if p.type not in ("f32", "b32", "u32", "s32"):
                 raise LaunchError(f"argument {i} ({p.name}): f32 passed to .{p.type}")
             return np.float32(v).tobytes()
+        if t == "f64":
+            if p.type not in ("f64", "b64", "u64", "s64"):
+                raise LaunchError(f"argument {i} ({p.name}): f64 passed to .{p.type}")
+            return np.float64(v).tobytes()
         lo, hi = ((-(1 << (8 * pbytes - 1)), (1 << (8 * pbytes - 1)) - 1) if t[0] == "i"
                   else (0, (1 << (8 * pbytes)) - 1))
         v = int(v)
@@ -169,13 +173,15 @@ def _pack_scalar(p, a, i):
     if isinstance(a, (bool, np.bool_)):
         raise LaunchError(f"argument {i} ({p.name}): booleans are not kernel arguments")
     if isinstance(a, (int, np.integer)):
-        if p.type == "f32":
-            raise LaunchError(f"argument {i} ({p.name}): integer passed to an .f32 parameter")
+        if p.type in ("f32", "f64"):
+            raise LaunchError(f"argument {i} ({p.name}): integer passed to an .{p.type} parameter")
         v = int(a)
         if not -(1 << (8 * pbytes - 1)) <= v < (1 << (8 * pbytes)):
             raise LaunchError(f"argument {i} ({p.name}): {v} does not fit .{p.type}")
         return (v & ((1 << (8 * pbytes)) - 1)).to_bytes(pbytes, "little")
     if isinstance(a, (float, np.floating)):
+        if p.type == "f64":
+            return np.float64(a).tobytes()
         if p.type != "f32":
             raise LaunchError(f"argument {i} ({p.name}): float passed to .{p.type}")
         return np.float32(a).tobytes()
@@ -295,7 +301,7 @@ def _bind_arguments(kernel, prog, args):
             if size != 8:
                 raise LaunchError(f"argument {i} ({p.name}): a buffer needs a 64-bit parameter, "
                                   f"the kernel declares .{p.type}")
-            if a.dtype not in (np.int32, np.uint32, np.int64, np.uint64, np.float32):
+            if a.dtype not in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):
                 raise LaunchError(f"argument {i} ({p.name}): unsupported buffer dtype {a.dtype}")
             arr = np.ascontiguousarray(a)
             base = glob.add(p.name, arr.tobytes())

@@ -15,10 +15,13 @@ Operand signature letters (comma separated):
   V  vector destination {r, ...} / d  (ld.v*),  W  vector source {r, ...} (st.v*)
   m  mov source: register, immediate, symbol (address of a variable) or {a, b} to pack
   M  mov destination: register or {a, b} to unpack
-Everything that is not in the table — f64, f16, textures, surfaces, calls, `.func`, mma/wmma,
-approximate or fast-math (`.approx`, `.ftz`, `.full`) arithmetic, `.cc` carry chains, cache hints,
-memory-order qualifiers (.relaxed/.acquire/...), `.rz/.rm/.rp` on sqrt/rcp, module-level `.global`
-/ `.const` data, by-value struct parameters — is refused with its line number and a reason.
+Everything that is not in the table — f16, textures, surfaces, calls, `.func`, mma/wmma,
+approximate or fast-math (`.approx`, `.ftz`, `.full`) arithmetic (f32 and f64), `.cc` carry chains,
+cache hints, memory-order qualifiers (.relaxed/.acquire/...), `.rz/.rm/.rp` on f32 sqrt/rcp,
+module-level `.global` / `.const` data, by-value struct parameters — is refused with its line
+number and a reason. f64 (exact IEEE binary64, interp/fp64.py) is supported in every rounding
+mode: add/sub/mul/fma/div/rcp/sqrt, min/max/abs/neg/copysign, setp/selp/testp, conversions to and
+from f32 and the integers, ld/st, and atom/red.add.f64.
 """
 from __future__ import annotations
 
@@ -44,7 +47,10 @@ INT = SINT + UINT
 BITS = ("b16", "b32", "b64")
 ANY_INT = INT + BITS
 CVT_INT = ("u8", "s8") + INT
-LDST_T = ("u8", "s8", "b8", "u16", "s16", "b16", "u32", "s32", "b32", "u64", "s64", "b64", "f32")
+LDST_T = ("u8", "s8", "b8", "u16", "s16", "b16", "u32", "s32", "b32", "u64", "s64", "b64", "f32",
+          "f64")
+RND = ("rn", "rz", "rm", "rp")
+IRND = ("rni", "rzi", "rmi", "rpi")
 
 SPECIAL_REGS = {
     f"%{n}.{c}" for n in ("tid", "ntid", "ctaid", "nctaid") for c in "xyz"
@@ -110,20 +116,20 @@ def _build():
     icmp = ("eq", "ne", "lt", "le", "gt", "ge")
     ucmp = ("lo", "ls", "hi", "hs")
     fcmp = icmp + ("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
-    for t in INT + BITS + ("f32",):
-        ops = fcmp if t == "f32" else (("eq", "ne") if t.startswith("b") else
+    for t in INT + BITS + ("f32", "f64"):
+        ops = fcmp if t in ("f32", "f64") else (("eq", "ne") if t.startswith("b") else
                                        icmp + (ucmp if t.startswith("u") else ()))
         for c in ops:
             _add(f"setp.{c}.{t}", "setp", "q,s,s")
             for b in ("and", "or", "xor"):
                 _add(f"setp.{c}.{b}.{t}", "setp", "q,s,s,p")
-    for t in ANY_INT + ("f32",):
+    for t in ANY_INT + ("f32", "f64"):
         _add(f"selp.{t}", "selp", "d,s,s,p")
         for ct in ("s32", "f32"):
             _add(f"slct.{t}.{ct}", "slct", "d,s,s,s")
-    for t in ANY_INT + ("f32", "pred"):
+    for t in ANY_INT + ("f32", "f64", "pred"):
         _add(f"mov.{t}", "mov", "M,m")
-    # float (f32 only; every result rounded once, to nearest even)
+    # float, f32 (every result rounded once, to nearest even; f64 forms below)
     for op in ("add", "sub", "mul"):
         _add(f"{op}.f32", "fbin", "d,s,s")
         _add(f"{op}.rn.f32", "fbin", "d,s,s")
@@ -147,6 +153,23 @@ def _build():
     _add("testp.notanumber.f32", "testp", "q,s")
     _add("testp.normal.f32", "testp", "q,s")
     _add("testp.subnormal.f32", "testp", "q,s")
+    # f64 (exact binary64, interp/fp64.py): every rounding mode, subnormals kept (no .ftz on f64)
+    for op in ("add", "sub", "mul"):
+        _add(f"{op}.f64", "dbin", "d,s,s")
+    for r in RND:
+        for op in ("add", "sub", "mul", "div"):
+            _add(f"{op}.{r}.f64", "dbin", "d,s,s")
+        _add(f"fma.{r}.f64", "dfma", "d,s,s,s")
+        _add(f"mad.{r}.f64", "dfma", "d,s,s,s")
+        _add(f"rcp.{r}.f64", "dunary", "d,s")
+        _add(f"sqrt.{r}.f64", "dunary", "d,s")
+    for op in ("min", "max"):
+        _add(f"{op}.f64", "dminmax", "d,s,s")
+    _add("abs.f64", "dbits", "d,s")
+    _add("neg.f64", "dbits", "d,s")
+    _add("copysign.f64", "dcopysign", "d,s,s")
+    for m in ("finite", "infinite", "number", "notanumber", "normal", "subnormal"):
+        _add(f"testp.{m}.f64", "dtestp", "q,s")
     # conversions
     for dt in CVT_INT:
         for st in CVT_INT:
@@ -162,6 +185,18 @@ def _build():
     for r in ("rni", "rzi", "rmi", "rpi"):
         _add(f"cvt.{r}.f32.f32", "cvt", "d,s")
     _add("cvt.sat.f32.f32", "cvt", "d,s")
+    # conversions involving f64
+    _add("cvt.f64.f32", "dcvt", "d,s")
+    for r in RND:
+        _add(f"cvt.{r}.f32.f64", "dcvt", "d,s")
+        for it in CVT_INT:
+            _add(f"cvt.{r}.f64.{it}", "dcvt", "d,s")
+    for r in IRND:
+        _add(f"cvt.{r}.f64.f64", "dcvt", "d,s")
+        for it in CVT_INT:
+            _add(f"cvt.{r}.{it}.f64", "dcvt", "d,s")
+            _add(f"cvt.{r}.sat.{it}.f64", "dcvt", "d,s")
+    _add("cvt.sat.f64.f64", "dcvt", "d,s")
     for sp in ("global", "shared", "local"):
         _add(f"cvta.{sp}.u64", "cvta", "d,s")
         _add(f"cvta.to.{sp}.u64", "cvta", "d,s")
@@ -172,7 +207,7 @@ def _build():
             pre = f"ld.{sp}." if sp else "ld."
             spre = f"st.{sp}." if sp else "st."
             for v in ("", "v2.", "v4."):
-                if v and t in ("u64", "s64", "b64") and v == "v4.":
+                if v and t in ("u64", "s64", "b64", "f64") and v == "v4.":
                     continue
                 _add(f"{pre}{v}{t}", "ld", "V,a")
                 _add(f"{spre}{v}{t}", "st", "a,W")
@@ -183,7 +218,7 @@ def _build():
                 _add(f"ld.{vpre}{v}{t}", "ld", "V,a")
                 _add(f"st.{vpre}{v}{t}", "st", "a,W")
     for sp in ("global.", "shared.", ""):
-        for op, ts in (("add", ("u32", "s32", "u64", "f32")), ("min", ("u32", "s32", "u64", "s64")),
+        for op, ts in (("add", ("u32", "s32", "u64", "f32", "f64")), ("min", ("u32", "s32", "u64", "s64")),
                        ("max", ("u32", "s32", "u64", "s64")), ("and", ("b32", "b64")),
                        ("or", ("b32", "b64")), ("xor", ("b32", "b64")), ("exch", ("b32", "b64")),
                        ("inc", ("u32",)), ("dec", ("u32",)), ("cas", ("b32", "b64"))):
@@ -250,8 +285,6 @@ def instruction_problem(ins) -> str | None:
     form = SUPPORTED.get(ins.name)
     if form is None:
         head = f"line {ins.line}: instruction `{ins.name}`"
-        if "f64" in ins.types:
-            return f"{head} is not supported (f64 is out of scope)"
         if any(t in ("f16", "f16x2", "bf16", "bf16x2") for t in ins.types):
             return f"{head} is not supported (half precision is out of scope)"
         if ins.opcode in _REASONS:
@@ -333,12 +366,13 @@ def validate_kernel(module: Module, kernel: Kernel) -> list[str]:
         problems.append(f"line {line}: {text} is not supported")
     for p in kernel.params:
         if p.array is not None or p.type not in ("u8", "s8", "b8", "u16", "s16", "b16", "u32",
-                                                  "s32", "b32", "u64", "s64", "b64", "f32"):
+                                                  "s32", "b32", "u64", "s64", "b64", "f32", "f64"):
             problems.append(f"line {p.line}: parameter `{p.name}` of type .{p.type}"
                             f"{'[%d]' % p.array if p.array else ''} is not supported")
     regtypes = {}
     for d in kernel.regs:
-        if d.type not in ("pred", "b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f32"):
+        if d.type not in ("pred", "b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f32",
+                          "f64"):
             problems.append(f"line {d.line}: registers of type .{d.type} are not supported")
         for n in d.names:
             if n in regtypes and regtypes[n] != d.type:
@@ -400,7 +434,8 @@ def _line_key(p: str):
 
 
 def fusion_warnings(kernel: Kernel) -> list[str]:
-    """Plain `mul.f32` results feeding a plain `add.f32`/`sub.f32` (no `.rn` on either).
+    """Plain `mul.f32` results feeding a plain `add.f32`/`sub.f32` (no `.rn` on either), and the
+    same for f64.
 
     ptxas may contract such a pair into one fma on real hardware, while this machine rounds each
     operation as written; the results can differ in the last bit. Not an error: a warning list.
@@ -408,12 +443,14 @@ def fusion_warnings(kernel: Kernel) -> list[str]:
     plain_mul = {}
     out = []
     for ins in kernel.instructions:
-        if ins.name == "mul.f32" and isinstance(ins.operands[0], Reg):
-            plain_mul[ins.operands[0].name] = ins.line
-        elif ins.name in ("add.f32", "sub.f32"):
+        if ins.name in ("mul.f32", "mul.f64") and isinstance(ins.operands[0], Reg):
+            plain_mul[ins.operands[0].name] = (ins.line, ins.name)
+        elif ins.name in ("add.f32", "sub.f32", "add.f64", "sub.f64"):
             for op in ins.operands[1:]:
-                if isinstance(op, Reg) and op.name in plain_mul:
-                    out.append(f"line {ins.line}: `{ins.name}` adds the result of `mul.f32` at line "
-                               f"{plain_mul[op.name]}; ptxas may fuse them into an fma on a real GPU "
-                               f"(use __fmul_rn/__fadd_rn for a bit-defined result)")
+                if isinstance(op, Reg) and op.name in plain_mul and plain_mul[op.name][1][-3:] == ins.name[-3:]:
+                    line, mname = plain_mul[op.name]
+                    hint = "__fmul_rn/__fadd_rn" if mname == "mul.f32" else "__dmul_rn/__dadd_rn"
+                    out.append(f"line {ins.line}: `{ins.name}` adds the result of `{mname}` at line "
+                               f"{line}; ptxas may fuse them into an fma on a real GPU "
+                               f"(use {hint} for a bit-defined result)")
     return out

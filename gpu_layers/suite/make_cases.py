@@ -2,8 +2,8 @@
 
     python -m gpu_layers.suite.make_cases
 
-Every float is exactly representable in float32 (built with np.float32), at most 128 threads per
-launch and 256 elements per buffer.
+Every f32 value is exactly representable in float32 (built with np.float32), f64 values are Python
+floats (JSON round-trips them exactly); at most 128 threads per launch and 256 elements per buffer.
 """
 from __future__ import annotations
 
@@ -27,12 +27,16 @@ def f32(x) -> float:
 def S(name, type_, value):
     if type_ == "f32":
         value = f32(value)
+    elif type_ == "f64":
+        value = float(value)
     return {"name": name, "type": type_, "value": value}
 
 
 def B(name, type_, data, output=False):
     if type_ == "f32*":
         data = [v if isinstance(v, str) else f32(v) for v in data]   # "nan" / "inf" / "-inf" stay strings
+    elif type_ == "f64*":
+        data = [v if isinstance(v, str) else float(v) for v in data]
     else:
         data = [int(v) for v in data]
     assert 1 <= len(data) <= 256, (name, len(data))
@@ -45,7 +49,7 @@ def B(name, type_, data, output=False):
 def O(name, type_, n, fill=None):
     if fill is None:
         fill = {"i32*": SENT32, "u32*": SENTU, "i64*": SENT64, "u64*": 0xFEEDFACECAFEBEEF,
-                "f32*": -1.5}[type_]
+                "f32*": -1.5, "f64*": -2.75}[type_]
     return B(name, type_, [fill] * n, output=True)
 
 
@@ -85,11 +89,8 @@ TEXT = (b"The quick brown fox jumps over the lazy dog while 42 GPUs hum; "
         b"SIMT lanes diverge, reconverge & vote. Qwen writes CUDA, nvcc emits PTX!")
 
 
-def build():
-    cases = []
-    add = cases.append
-
-    # ---------------------------------------------------------------- integer arithmetic
+def integer_arithmetic(add):
+    """Integer arithmetic: hashes, RNGs, products, division, number theory."""
     rng = random.Random(1)
     text = TEXT[:60]
     add(case("rolling_hash", [3], [16], [B("text", "u32*", pack_bytes(text)), S("n", "i32", 52), S("w", "i32", 5),
@@ -211,7 +212,9 @@ def build():
     add(case("prime_trial", [2], [16], [B("in", "u32*", vals), O("factor", "u32*", 32), O("is_prime", "i32*", 32)],
              ["rem-unsigned", "div-unsigned", "loop", "early-return", "divergence", "multi-block"]))
 
-    # ---------------------------------------------------------------- bit operations
+
+def bit_operations(add):
+    """Bit operations: counts, fields, shifts, permutations, CRC."""
     rng = random.Random(20)
     vals = [0, 1, 2**63, 2**64 - 1, 0xFFFFFFFF, 0x100000000, 0x8000000000000001, 0x0F0F0F0F0F0F0F0F]
     vals += [r_u64(rng) >> rng.randint(0, 63) for _ in range(24)]
@@ -290,7 +293,9 @@ def build():
                                           O("out64", "i64*", 64)],
              ["min-max", "abs", "abs-diff", "select", "compare", "int64", "multi-block"]))
 
-    # ---------------------------------------------------------------- control flow
+
+def control_flow(add):
+    """Control flow: interpreters, searches, divergence, strings."""
     # bytecode programs: ops 0 halt,1 addi,2 muli,3 xori,4 shri,5 loop,6 setcnt,7 swap,8 addb,9 jneg
     def w(op, arg=0):
         return ((arg << 8) | op) & 0xFFFFFFFF
@@ -380,7 +385,9 @@ def build():
                                           O("prefix", "i32*", 16)],
              ["bytes", "string", "while-loop", "compare", "data-dependent-loop"]))
 
-    # ---------------------------------------------------------------- memory
+
+def memory(add):
+    """Memory: shared (static and dynamic), local arrays, small types, structs."""
     rng = random.Random(40)
     add(case("shared_reverse", [3], [16], [B("in", "i32*", [rng.randint(-10**8, 10**8) for _ in range(48)]),
                                             O("rev", "i32*", 48), O("diff", "i32*", 48)],
@@ -478,7 +485,9 @@ def build():
                                            O("small", "i32*", 16)],
              ["struct", "bytes", "halfwords", "sign-extend", "int64", "int64-shift", "bounds-check", "multi-block"]))
 
-    # ---------------------------------------------------------------- atomics
+
+def atomics(add):
+    """Atomics: integer and float, global and shared."""
     rng = random.Random(50)
     n = 40
     add(case("atomic_minmax_keys", [3], [16], [S("n", "i32", n), B("keys", "i32*", [rng.randint(0, 1000) for _ in range(48)]),
@@ -526,7 +535,9 @@ def build():
              ["histogram", "atomic-shared", "atomic-add", "shared-static", "syncthreads", "grid-stride", "bytes",
               "multi-block"]))
 
-    # ---------------------------------------------------------------- warp-level
+
+def warp_level(add):
+    """Warp-level: shuffles, votes, compaction, scans."""
     rng = random.Random(60)
     srcs = [0, 1, 3, 4, 7, 8, 15, 16, 31, 32, 33, -1, -2, -33, 63, 100] * 4
     rng.shuffle(srcs)
@@ -564,7 +575,9 @@ def build():
                                            B("head", "i32*", heads), O("out", "i32*", 64), O("seg_start", "i32*", 64)],
              ["scan", "ballot", "clz", "shfl-up", "multi-block"]))
 
-    # ---------------------------------------------------------------- floating point
+
+def floating_point(add):
+    """Single precision: rounding modes, conversions, edge cases."""
     rng = random.Random(70)
     xs = [0.0, 1.0, -1.0, 0.5, 2.0, -2.5, 1.0 / 3.0, 3.14159] + [rng.uniform(-3, 3) for _ in range(16)]
     coef = [1.0, -0.5, 1.0 / 6.0, 0.1, -1.0 / 24.0, 0.3, -0.01]
@@ -708,6 +721,107 @@ def build():
                                          B("y", "f32*", [rng.uniform(-9, 9) for _ in range(16)]),
                                          O("sad", "u32*", 32), O("cs", "f32*", 16)],
              ["sad", "copysign"]))
+
+
+def double_precision(add):
+    """Double precision: promotions from float code, arithmetic, directed rounding, conversions,
+    atomics and reductions."""
+    rng = random.Random(90)
+    xs = [0.0, -0.0, 1.0, -1.0, 0.3, 0.30000001, 2.5, -7.75, 1e-3, 3.0, 1e30, -1e-30, 1.17549435e-38, 1e-40,
+          3.4e38, 123456.78] + [rng.uniform(-100, 100) for _ in range(14)]
+    add(case("f32_promote_f64", [2], [16], [B("x", "f32*", xs), O("out", "f32*", 192), O("wide", "f64*", 64),
+                                             S("n", "i32", 30)],
+             ["f64", "float-promotion", "f64-compare", "f64-fma", "sqrt", "float-div", "bounds-check", "multi-block"]))
+
+    p2 = lambda e: 2.0 ** e  # noqa: E731
+    a = [1.5, 0.1, 1.0 + p2(-52), 1e308, -1e308, 5e-324, 2.2250738585072014e-308, -0.0, 0.0, 3.0, -2.5, 1e-300,
+         1.0 / 3.0, 7.0, 1e154, -4.5] + [rng.uniform(-1e3, 1e3) for _ in range(8)]
+    b = [2.25, 0.2, 1.0 - p2(-53), 1e308, 1e308, 0.5, -2.2250738585072014e-308, 5e-324, -1e-300, 0.0, -2.5, 1e-300,
+         3.0, -0.0, 1e154, 1e-310] + [rng.uniform(-50, 50) or 1.0 for _ in range(8)]
+    c = [1.0, 0.3, -1.0, -1e308, 1e300, -5e-324, 0.0, 0.0, -0.0, 1.0, 6.25, -1e-300, -1.0, "inf", -1e308,
+         2.0] + [rng.uniform(-1e3, 1e3) for _ in range(8)]
+    add(case("f64_arith", [2], [16], [B("a", "f64*", a), B("b", "f64*", b), B("c", "f64*", c),
+                                       O("out", "f64*", 256), S("n", "i32", 21)],
+             ["f64", "f64-arith", "f64-fma", "f64-div", "sqrt", "reciprocal", "fmin-fmax", "fabs", "copysign",
+              "subnormal", "signed-zero", "overflow", "bounds-check", "multi-block"]))
+
+    a = [1.0, 1.0, -1.0, 3.0, 1e300, 1e-300, p2(53), -(p2(53) + 2), 0.1, -0.1, 7.0, 1.0, 5e-324, 1.7976931348623157e308]
+    b = [3.0, 1e-17, 1e-17, -7.0, 1e10, 3.0, 1.0, -1.0, 0.3, 0.3, -0.2, -3.0, 0.5, 1.5]
+    c = [1e-17, -1e-17, 0.5, 2.0, -1e308, 0.0, -p2(53), 1.0, -0.03, 0.03, 1.4, 1.0, -5e-324, -1e308]
+    add(case("f64_round_modes", [1], [14], [B("a", "f64*", a), B("b", "f64*", b), B("c", "f64*", c),
+                                             O("out", "f64*", 252)],
+             ["f64", "f64-rounding-modes", "f64-fma", "f64-div", "sqrt", "reciprocal", "subnormal", "overflow"]))
+
+    vals = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2147483647.5, -2147483648.5, 4294967295.5, 4294967296.0, p2(63),
+            -9.3e18, p2(64), -1e300, 1e-310, 3.4028235677973366e38, 3.5e38, 1e-45, 0.1, -0.0, 123456789.987654321,
+            16777217.0, -16777219.0, 1.00000005960464478, 7.9e-39, 9.007199254740993e15, -0.49999999999999994,
+            1e20, 4503599627370497.0, -2.9e-45, 0.7, -3.75]
+    ints = [0, 1, -1, 2**53 + 1, -(2**53) - 1, 2**63 - 1, -(2**63), -2, 2**54 + 3, 2**62 + 2**10 + 1, 123456789,
+            -987654321987, 2**31 + 7, -(2**31) - 9, 2**40 + 1, 3, 5, 2**60 - 1, 17, -(2**55) - 5, 6, 7, 8, 9, 10,
+            11, 12, 13, 14, 15, 16, 2**52 + 1]
+    add(case("f64_convert", [2], [16], [B("in", "f64*", vals), B("ints", "i64*", ints), O("si", "i32*", 128),
+                                         O("ui", "u32*", 128), O("sl", "i64*", 128), O("ul", "u64*", 64),
+                                         O("f", "f32*", 128), O("d", "f64*", 256), O("r", "f64*", 128)],
+             ["f64", "f64-convert", "f64-to-int", "int-to-f64", "f64-to-f32", "f32-to-f64", "rounding-modes",
+              "saturation", "float-round-int", "int64", "subnormal", "multi-block"]))
+
+    v = [rng.randint(-4000, 4000) / 8.0 for _ in range(64)]
+    add(case("f64_atomic_add", [2], [32], [B("v", "f64*", v), B("acc", "f64*", [0.5, -2.0, 0.0, 1e6, 0.0], True),
+                                            O("per_block", "f64*", 4), S("scale", "f64", 0.375)],
+             ["f64", "f64-param", "atomic-f64", "atomic-add", "atomic-shared", "shared-static", "syncthreads",
+              "multi-block"]))
+
+    vals = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-8, 8) for _ in range(128)]
+    vals[5], vals[77] = 5e-324, -1e300
+    w = [rng.uniform(-2, 2) for _ in range(8)]
+    add(case("f64_reduce", [2], [64], [B("in", "f64*", vals), B("w", "f64*", w), O("out", "f64*", 134),
+                                        O("dots", "f64*", 128), S("len", "i32", 8)],
+             ["f64", "f64-reduction", "reduction", "shfl-xor", "f64-fma", "fmin-fmax", "shared-static",
+              "syncthreads", "multi-block"]))
+
+
+# bit patterns for nan_results (f32 / f64): payloads, signalling NaNs, infinities, zeros
+_FNAN = 0x7FC12345
+_DNAN = 0x7FF8DEADBEEF0001
+NAN_ROWS = [  # (x, y) f32 bits, (a, b) f64 bits
+    (0x00000000, 0x7F800000, 0x0000000000000000, 0x7FF0000000000000),          # 0 * inf
+    (0x7F800000, 0xFF800000, 0x7FF0000000000000, 0x7FF0000000000000),          # inf - inf
+    (0xBF800000, 0x00000000, 0xBFF0000000000000, 0x0000000000000000),          # sqrt(-1), -1 / 0
+    (0x00000000, 0x00000000, 0x0000000000000000, 0x8000000000000000),          # 0 / 0
+    (_FNAN, 0x3F800000, _DNAN, 0x4000000000000000),                            # a quiet NaN with payload
+    (0x3F800000, 0x7F800001, 0x4008000000000000, 0x7FF0000000000001),          # signalling NaNs
+    (0xFFC00000, 0x7FA00000, 0xFFF8000000000BBB, 0x7FF123456789ABCD),          # two NaNs: which wins
+    (0x7FFFFFFF, 0x7F800000, 0x7FF0000000000000, 0x7FF4000000000000),
+    (0x40400000, 0xFFFFFFFF, 0x7FF0000000000001, 0xFFF0000000000000),
+    (0x7F800000, 0x00000000, 0x7FF0000000000000, 0x0000000000000000),          # fma(inf, 0, .)
+    (0x00000001, 0x80000000, 0x8000000000000000, 0xFFF0000000000000),
+    (0x40400000, 0x7FC00000, 0xFFFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF),
+    (0x7F7FFFFF, 0x7F7FFFFF, 0x7FE1CCF385EBC8A0, 0x7FE1CCF385EBC8A0),          # no NaN: overflow
+    (0xFF800000, 0x7F800000, 0xFFF0000000000000, 0x7FF0000000000000),
+    (0x7FBFFFFF, 0xC0000000, 0x7FF7FFFFFFFFFFFF, 0x8000000000000000),
+    (0x40200000, 0x3F000000, 0x4004000000000000, 0xBFF8000000000000),          # plain numbers
+]
+
+
+def nan_results(add):
+    """NaN results in f32 and f64: invalid operations and NaN operands with payloads."""
+    add(case("nan_results", [1], [16], [B("fbits", "u32*", [v for r in NAN_ROWS for v in r[:2]]),
+                                         B("dbits", "u64*", [v for r in NAN_ROWS for v in r[2:]]),
+                                         O("fout", "u32*", 160), O("dout", "u64*", 192), O("iout", "i64*", 64)],
+             ["nan", "inf-nan", "f64", "f64-arith", "f64-fma", "f64-convert", "fmin-fmax", "sqrt", "float-div",
+              "f64-to-int", "float-to-int"]))
+
+
+# The steps build() runs, in order (the order of cases.json).
+STEPS = (integer_arithmetic, bit_operations, control_flow, memory, atomics, warp_level, floating_point,
+         double_precision, nan_results)
+
+
+def build():
+    """Every case of the suite: each step appends its cases in turn."""
+    cases = []
+    for step in STEPS:
+        step(cases.append)
     return cases
 
 
@@ -734,10 +848,12 @@ def write_readme(cases):
            "Generated by `python -m gpu_layers.suite.make_cases` (edit that file, not `cases.json` or this README).",
            "`tests/test_suite.py` runs every case on the interpreter and compares bit for bit;",
            "`scripts/gpu_check_suite.py` runs them on a real GPU and writes a truth.json.", "",
-           "Rules: at most 128 threads per launch, buffers of at most 256 elements, float inputs exactly",
-           "representable in float32 (or \"nan\"/\"inf\"/\"-inf\"), no races, no undefined behaviour; float",
-           "kernels use `__fmul_rn`/`__fadd_rn`/`__fmaf_rn` (or a*b+c that nvcc contracts into `fma.rn`) so that",
-           "ptxas cannot fuse a plain mul/add pair on hardware.", "",
+           "Rules: at most 128 threads per launch, buffers of at most 256 elements, f32 inputs exactly",
+           "representable in float32 (or \"nan\"/\"inf\"/\"-inf\"; NaNs with chosen bits come in integer",
+           "buffers), no races, no undefined behaviour; float kernels use `__fmul_rn`/`__fadd_rn`/`__fmaf_rn`",
+           "(doubles: `__dmul_rn`/`__dadd_rn`/`__fma_rn`), or a*b+c that nvcc contracts into `fma.rn`, so that",
+           "ptxas cannot fuse a plain mul/add pair on hardware. NaN bit patterns follow the rules in",
+           "`gpu_layers/interp/fp64.py` (case `nan_results`).", "",
            "| kernel | cases | what it does | features |", "| --- | --- | --- | --- |"]
     for src, cs in by_kernel.items():
         fs = sorted({f for c in cs for f in c["features"]})
