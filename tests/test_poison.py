@@ -1,6 +1,4 @@
 """Undefined values (poison): they flow silently and are an error only once observable."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -9,6 +7,7 @@ from gpu_layers.errors import ExecutionError, UninitializedRead
 from gpu_layers.interp.machine import Scalar, launch
 from gpu_layers.interp.snippets import kernel_ptx, run_ptx
 from gpu_layers.ptx.parser import parse_ptx
+from gpu_layers.suite import SUITE_DIR
 
 OUT = """\tld.param.u64 \t%rd1, [out];
 \tcvta.to.global.u64 \t%rd1, %rd1;
@@ -132,7 +131,7 @@ def test_observable_uses_of_poison_are_errors(use, match):
 
 # ------------------------------------------------------------ real nvcc loop and branch shapes
 
-KERNELS = Path(__file__).parent / "kernels" / "undefined_phis.cu"
+KERNELS = SUITE_DIR / "undefined_phis.cu"
 X = np.array([3, -1, 4, -1, 5, -9, 2, 6, -5, 3, 5, -8, 9, 7, -9, 3, 2, -3, 8, 4, -6, 2, 6, 4, 3, 3,
               -8, 3, 2, 7, 9, 5, 0, -2, 1, 1, -4, 8, 2, -7], np.int32)
 

@@ -1,7 +1,5 @@
 """The cursor scheduling rule and warp-synchronous waits: forward progress, reconvergence, and
 deadlocks reported instead of hangs (machine.py, "Scheduling inside a warp")."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,9 +8,10 @@ from gpu_layers.errors import ExecutionError, StepBudgetExceeded
 from gpu_layers.interp.machine import launch
 from gpu_layers.interp.snippets import kernel_ptx, run_ptx
 from gpu_layers.ptx.parser import parse_ptx
+from gpu_layers.suite import SUITE_DIR
 
 LANES = (1, 2, 4, 8, 32)
-LOCKS = Path(__file__).parent / "kernels" / "locks.cu"
+LOCKS = SUITE_DIR / "spin_locks.cu"
 OUT = """\tld.param.u64 \t%rd1, [out];
 \tcvta.to.global.u64 \t%rd1, %rd1;
 \tmov.u32 \t%r100, %tid.x;
@@ -59,14 +58,14 @@ def test_ticket_lock_serves_every_ticket_in_order(locks, block):
 
 
 def test_flag_hand_off_chain_between_warps(locks):
-    data = np.arange(1, 9, dtype=np.int32)
-    bufs = run_all_lanes(locks.kernel("flag_chain"), 1, 256, lambda: [data.copy(),
-                                                                      np.zeros(256, np.int32)])
+    data = np.arange(1, 5, dtype=np.int32)
+    bufs = run_all_lanes(locks.kernel("flag_chain"), 1, 128, lambda: [data.copy(),
+                                                                      np.zeros(128, np.int32)])
     val, v = [], 0
-    for w in range(8):
+    for w in range(4):
         v = v * 3 + int(data[w])
         val.append(v)
-    assert bufs[1].tolist() == [val[t // 32] + t % 32 for t in range(256)]
+    assert bufs[1].tolist() == [val[t // 32] + t % 32 for t in range(128)]
 
 
 def test_lane_waiting_for_a_later_lane_makes_progress():

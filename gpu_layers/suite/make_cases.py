@@ -813,8 +813,39 @@ def nan_results(add):
 
 
 # The steps build() runs, in order (the order of cases.json).
+def independent_scheduling(add):
+    """Threads of one warp waiting for each other: spin locks, a ticket lock, flag hand-offs."""
+    for name, grid, block in (("spin_lock_cas", 1, 48), ("spin_lock_outside", 2, 40), ("ticket_lock", 1, 96)):
+        t = "u32*" if name == "ticket_lock" else "i32*"
+        add(case(name, [grid], [block], [B("lock", t, [0, 0], True), B("total", "i32*", [0, 0], True),
+                                         B("seen", "i32*", [0] * 128, True), S("n", "i32", block)],
+                 ["spin-lock", "atomic-cas" if "spin" in name else "atomic-add", "volatile", "while-loop"]
+                 + (["multi-block"] if grid > 1 else []), source="spin_locks", kernel=name))
+    add(case("flag_chain", [1], [128], [B("data", "i32*", [3, -7, 11, 5]), O("out", "i32*", 128)],
+             ["flag-hand-off", "shared-static", "syncthreads", "volatile", "while-loop"],
+             source="spin_locks"))
+
+
+def undefined_values(add):
+    """PTX that reads registers before every thread wrote them, legally (nvcc's loop phis)."""
+    rng = random.Random(90)
+    x = [rng.randint(-9, 9) for _ in range(40)]
+    for n in (40, 5):
+        sfx = "" if n == 40 else "_short"
+        add(case("last_positive", [1], [32], [B("x", "i32*", x), S("n", "i32", n), O("out", "i32*", 32)],
+                 ["undefined-phi", "selp", "loop"], source="undefined_phis", case_name="last_positive" + sfx))
+    add(case("first_match", [1], [32], [B("x", "i32*", x), S("n", "i32", 40), S("key", "i32", -4),
+                                        O("out", "i32*", 32)], ["undefined-phi", "early-exit-loop"],
+             source="undefined_phis"))
+    add(case("prev_value", [1], [32], [B("x", "i32*", x), S("n", "i32", 40), O("out", "i32*", 32)],
+             ["undefined-phi", "int32-mul", "loop", "rem-signed"], source="undefined_phis"))
+    add(case("min_index", [1], [32], [B("x", "f32*", [float(v) for v in x]), S("n", "i32", 40),
+                                      O("out", "i32*", 32)], ["undefined-phi", "float-compare", "loop"],
+             source="undefined_phis"))
+
+
 STEPS = (integer_arithmetic, bit_operations, control_flow, memory, atomics, warp_level, floating_point,
-         double_precision, nan_results)
+         double_precision, nan_results, independent_scheduling, undefined_values)
 
 
 def build():

@@ -2057,3 +2057,76 @@ def _f32_sub_any(a, b):
     if np.isinf(a) and np.isinf(b) and np.sign(a) == np.sign(b):
         return F32(np.nan)
     return fsub(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# independent thread scheduling and undefined values
+# ---------------------------------------------------------------------------------------------
+@ref("spin_lock_cas", "spin_lock_outside")
+def ref_spin_locks(case):
+    # every thread of every block runs the critical section once: the total is order-free and
+    # each count 0 .. threads-1 is seen exactly once
+    L = Launch(case)
+    n = L.nthreads
+    L.o["total"][:2] = [s32(L.nblocks * sum(3 * t + 1 for t in range(L.bsize))), n]
+    L.o["seen"][:n] = [1] * n
+    return L.result()
+
+
+@ref("ticket_lock")
+def ref_ticket_lock(case):
+    L = Launch(case)
+    n = L.nthreads
+    L.o["lock"][:2] = [n, n]                       # tickets handed out, tickets served
+    L.o["total"][:2] = [sum(5 * t + 2 for t in range(n)), n]
+    L.o["seen"][:n] = [c + 1 for c in range(n)]    # served in ticket order
+    return L.result()
+
+
+@ref("flag_chain")
+def ref_flag_chain(case):
+    L = Launch(case)
+    vals, v = [], 0
+    for d in L["data"]:
+        v = s32(v * 3 + d)
+        vals.append(v)
+    L.o["out"] = [s32(vals[t // 32] + t % 32) for t in range(L.bsize)]
+    return L.result()
+
+
+@ref("last_positive", "last_positive_short")
+def ref_last_positive(case):
+    L = Launch(case)
+    x, n = L["x"], L["n"]
+    for t in range(32):
+        pos = [x[j] for j in range(t, n, 7) if x[j] > 0]
+        L.o["out"][t] = pos[-1] if pos else -1
+    return L.result()
+
+
+@ref("first_match")
+def ref_first_match(case):
+    L = Launch(case)
+    x, n, key = L["x"], L["n"], L["key"]
+    L.o["out"] = [next((j for j in range(n) if x[j] == key + t), -1) for t in range(32)]
+    return L.result()
+
+
+@ref("prev_value")
+def ref_prev_value(case):
+    L = Launch(case)
+    x, n = L["x"], L["n"]
+    for t in range(32):
+        v = [x[(j + t) % n] for j in range(n)]
+        L.o["out"][t] = s32(sum(v[j] * v[j - 1] for j in range(1, n)))
+    return L.result()
+
+
+@ref("min_index")
+def ref_min_index(case):
+    L = Launch(case)
+    x, n = L["x"], L["n"]
+    for t in range(32):
+        cand = list(range(t, n, 3))
+        L.o["out"][t] = min(cand, key=lambda j: (float(x[j]), j)) if cand else -1
+    return L.result()

@@ -1,5 +1,5 @@
-// Legal CUDA whose PTX (nvcc -O3) reads registers that some threads have not written yet: loop
-// phis become selp / mad / setp of an undefined value that the other arm throws away.
+// Legal CUDA whose PTX reads registers some threads have not written yet: loop phis become selp,
+// mad and setp of an undefined value that the other arm throws away (poison that never shows).
 extern "C" __global__ void last_positive(const int* x, int n, int* out) {
     int t = threadIdx.x;
     int last; bool has = false;

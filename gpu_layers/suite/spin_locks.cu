@@ -1,5 +1,5 @@
-// Spin locks inside one warp and across warps: every thread takes the lock, then
-// updates plain (volatile) shared state inside the critical section.
+// Spin locks, a ticket lock and flag hand-offs: threads of one warp wait for each other (independent
+// thread scheduling); every thread takes the lock, then updates plain (volatile) state inside it.
 extern "C" __global__ void spin_lock_cas(int* lock, int* total, int* seen, int n) {
     int t = threadIdx.x;
     bool done = false;
@@ -41,10 +41,10 @@ extern "C" __global__ void ticket_lock(unsigned* tickets, int* total, int* seen,
 }
 // A chain of flag hand-offs between the warps of a block: warp w waits for warp w-1's flag.
 extern "C" __global__ void flag_chain(int* data, int* out) {
-    __shared__ volatile int flag[8];
-    __shared__ volatile int val[8];
+    __shared__ volatile int flag[4];
+    __shared__ volatile int val[4];
     int t = threadIdx.x, w = t / 32, lane = t % 32;
-    if (t < 8) { flag[t] = 0; val[t] = 0; }
+    if (t < 4) { flag[t] = 0; val[t] = 0; }
     __syncthreads();
     if (lane == 0) {
         int prev = 0;
