@@ -771,7 +771,7 @@ def _set_run(W):
 
 
 def _special(name, tid, lane, warp, nwarps, block, grid, bidx):
-    X, Y, Z = block
+    X, Y, _ = block
     comp = {"x": 0, "y": 1, "z": 2}
     if name.startswith("%tid."):
         return (tid % X, (tid // X) % Y, tid // (X * Y))[comp[name[-1]]]

@@ -540,6 +540,16 @@ class _Parser:
         return Addr(base, off)
 
 
+def parse_instruction(text: str, line: int = 0, regs=()) -> Instruction:
+    """One instruction (`[@p] opcode operands;`), as the lowering writes new code; `regs`: declared
+    register names that do not start with `%` (inline-asm scopes declare such)."""
+    p = _Parser(text)
+    p.cur_regs = set(regs)
+    ins = p.parse_instruction()
+    ins.line = line
+    return ins
+
+
 def parse_ptx(text: str) -> Module:
     """Parse PTX text into a Module. Raises PTXSyntaxError (with a line number) on bad input."""
     return _Parser(text).parse_module()

@@ -1,0 +1,675 @@
+"""Lowering: PTX -> machine code, a subset of PTX in which every instruction is one machine step.
+
+The compiled machine executes a small set of instruction kinds in one step each (`MACHINE_KINDS`:
+integer add/sub/min/max, logic, shifts, integer compares and selects, moves and integer
+conversions, memory accesses and atomics on integers, warp exchanges, control). Every other form
+the interpreter supports is either expanded here into a sequence of machine steps, or refused by
+name (`machine_problems`), never run wrongly.
+
+Expansions keep the interpreter's semantics exactly, poison included:
+  * a guarded instruction computes into fresh temporaries unguarded, then one guarded move writes
+    its destination, so threads whose guard is false change nothing;
+  * no expansion branches on data: bits are combined with selp (poison in an operand stays
+    poison in the result, never becomes an observable branch), and the loops of the
+    multiply and divide sequences run a fixed number of iterations on a fresh counter;
+  * integer division by zero and signed MIN / -1 select `%mq_undef`, a register nothing writes
+    (the interpreter's poison), exactly where the original gives an undefined value.
+
+Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
+to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
+data-dependent multiply is a 32-step shift-and-add loop (a multiply-step unit is planned), a
+multiply by a constant becomes shifts and adds.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_layers.errors import UnsupportedPTX
+from gpu_layers.ptx.ir import TYPE_BITS, Kernel, Module, RegDecl
+from gpu_layers.ptx.parser import parse_instruction
+from gpu_layers.ptx.validator import SUPPORTED, validate
+
+# Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
+MACHINE_KINDS = frozenset({
+    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "setp", "selp", "mov", "cvt",
+    "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
+    "bra", "exit", "nop"})
+FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
+UNDEF = "%mq_undef"          # never written: reading it is the interpreter's poison
+
+
+def _is_machine_form(ins) -> bool:
+    form = SUPPORTED[ins.name]
+    if form.kind not in MACHINE_KINDS:
+        return False
+    if form.kind in ("setp", "cvt", "atom", "red"):
+        return not any(t in FLOAT_TYPES for t in ins.types)
+    return True
+
+
+def machine_problems(kernel) -> list[str]:
+    """Every instruction of `kernel` (already lowered or not) the machine cannot run, by line."""
+    return [f"line {ins.line}: `{ins.name}` is not supported by the compiled machine yet"
+            for ins in kernel.instructions if not _is_machine_form(ins) and ins.name not in _EXPAND_NAMES]
+
+
+def lower(kernel: Kernel) -> Kernel:
+    """The kernel as machine code (a new Kernel; the input is not changed).
+
+    Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded
+    (floating-point arithmetic and conversions, for now)."""
+    if kernel.module is not None:
+        validate(kernel.module, kernel.name)
+    problems = [f"line {ins.line}: `{ins.name}` is not supported by the compiled machine yet"
+                for ins in kernel.instructions if not _is_machine_form(ins) and not _expandable(ins)]
+    if problems:
+        raise UnsupportedPTX(problems)
+    em = _Emitter(kernel)
+    starts = []
+    for ins in kernel.instructions:
+        starts.append(len(em.code))
+        em.line = ins.line          # generated code carries the line it came from
+        if _is_machine_form(ins):
+            em.code.append(ins)
+        else:
+            _EXPANSIONS[SUPPORTED[ins.name].kind](em, ins)
+    starts.append(len(em.code))
+    labels = {name: starts[i] for name, i in kernel.labels.items()}
+    labels.update(em.labels)
+    out = replace(kernel, regs=list(kernel.regs) + em.decls(), instructions=em.code, labels=labels,
+                  directives=list(kernel.directives))
+    src = kernel.module
+    out.module = Module(version=src.version if src else "", target=src.target if src else "",
+                        kernels={kernel.name: out}, vars=list(src.vars) if src else [])
+    validate(out.module, out.name)
+    return out
+
+
+# ----------------------------------------------------------------------------------- emitter
+
+
+_TMP = {1: ("pred", "%mqp"), 16: ("b16", "%mqh"), 32: ("b32", "%mq"), 64: ("b64", "%mqd")}
+
+
+class _Emitter:
+    """New instructions, fresh temporaries and labels for one kernel."""
+
+    def __init__(self, kernel):
+        self.code = []
+        self.labels = {}
+        self.count = {w: 0 for w in _TMP}
+        self.nlabels = 0
+        self.line = 0
+        self.used_undef = False
+        self.regnames = {n for d in kernel.regs for n in d.names if not n.startswith("%")}
+
+    def tmp(self, bits: int) -> str:
+        bits = {8: 16}.get(bits, bits)
+        self.count[bits] += 1
+        return f"{_TMP[bits][1]}{self.count[bits]}"
+
+    def label(self) -> str:
+        self.nlabels += 1
+        return f"$Mq_{self.nlabels}"
+
+    def place(self, label: str):
+        self.labels[label] = len(self.code)
+
+    def emit(self, text: str):
+        self.code.append(parse_instruction(text.rstrip(";") + ";", self.line, self.regnames))
+
+    def undef(self) -> str:
+        self.used_undef = True
+        return UNDEF
+
+    def decls(self) -> list:
+        out = []
+        for w, (t, prefix) in _TMP.items():
+            if self.count[w]:
+                out.append(RegDecl(type=t, names=[f"{prefix}{i}" for i in range(1, self.count[w] + 1)],
+                                   line=0))
+        if self.used_undef:
+            out.append(RegDecl(type="b64", names=[UNDEF], line=0))
+        return out
+
+
+def _parts(ins):
+    t = ins.types[0]
+    return t, TYPE_BITS[t], t[0] == "s", [str(o) for o in ins.operands]
+
+
+def _guard(ins) -> str:
+    return f"{ins.guard} " if ins.guard else ""
+
+
+def _undef_of(em, w):
+    """A w-bit poison value (a never-written register read at width w)."""
+    if w == 64:
+        return em.undef()
+    t = em.tmp(w)
+    em.emit(f"cvt.u{w}.u64 {t}, {em.undef()}")
+    return t
+
+
+def _copy(em, w, src) -> str:
+    """A fresh w-bit temporary holding src truncated to w bits."""
+    t = em.tmp(w)
+    em.emit(f"add.u{w} {t}, {src}, 0")
+    return t
+
+
+def _ext(em, w, src, signed, to) -> str:
+    """src (w bits) sign- or zero-extended to `to` bits, in a fresh temporary."""
+    if to == w:
+        return _copy(em, w, src)
+    t = em.tmp(to)
+    em.emit(f"cvt.{'s' if signed else 'u'}{to}.{'s' if signed else 'u'}{w} {t}, {src}")
+    return t
+
+
+def _sel(em, w, a, b, p) -> str:
+    t = em.tmp(w)
+    em.emit(f"selp.b{w} {t}, {a}, {b}, {p}")
+    return t
+
+
+def _setp(em, cmp, ty, a, b) -> str:
+    p = em.tmp(1)
+    em.emit(f"setp.{cmp}.{ty} {p}, {a}, {b}")
+    return p
+
+
+def _op(em, w, op, a, b, ty=None) -> str:
+    t = em.tmp(w)
+    em.emit(f"{op}.{ty or 'b%d' % w} {t}, {a}, {b}")
+    return t
+
+
+def _finish(em, ins, t, value, dst=None):
+    """The one guarded write of the destination."""
+    em.emit(f"{_guard(ins)}mov.{t} {dst or ins.operands[0]}, {value}")
+
+
+# -------------------------------------------------------------------------- multiply / divide
+
+
+def _mul_lo(em, w, a, b) -> str:
+    """a * b mod 2^w (w-bit patterns): constants become shifts and adds, else a w-step loop."""
+    for x, y in ((a, b), (b, a)):
+        if y.lstrip("-").isdigit():
+            return _mul_const(em, w, x, int(y) & ((1 << w) - 1))
+    x, y = _copy(em, w, a), _copy(em, w, b)
+    acc, cnt = em.tmp(w), em.tmp(32)
+    em.emit(f"mov.b{w} {acc}, 0")
+    em.emit(f"mov.b32 {cnt}, {w}")
+    top = em.label()
+    em.place(top)
+    bit = _op(em, w, "and", y, 1)
+    p = _setp(em, "ne", f"b{w}", bit, 0)
+    s = _op(em, w, "add", acc, x, f"u{w}")
+    em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
+    em.emit(f"shl.b{w} {x}, {x}, 1")
+    em.emit(f"shr.u{w} {y}, {y}, 1")
+    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
+    q = _setp(em, "ne", "u32", cnt, 0)
+    em.emit(f"@{q} bra {top}")
+    return acc
+
+
+def _mul_const(em, w, x, k) -> str:
+    x = _copy(em, w, x)
+    acc = em.tmp(w)
+    em.emit(f"mov.b{w} {acc}, 0")
+    for i in range(w):
+        if (k >> i) & 1:
+            t = _op(em, w, "shl", x, i)
+            em.emit(f"add.u{w} {acc}, {acc}, {t}")
+    return acc
+
+
+def _mul_full(em, w, a, b, signed) -> tuple[str, str]:
+    """(low, high) w-bit halves of the 2w-bit product of w-bit a and b."""
+    if w <= 32:
+        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
+        prod = _mul_lo(em, 2 * w, wa, wb)
+        lo, hi = em.tmp(w), em.tmp(w)
+        em.emit(f"cvt.u{w}.u{2 * w} {lo}, {prod}")
+        sh = _op(em, 2 * w, "shr", prod, w, f"u{2 * w}")
+        em.emit(f"cvt.u{w}.u{2 * w} {hi}, {sh}")
+        return lo, hi
+    # 64 x 64 -> 128 from four 32 x 32 -> 64 products (unsigned), then the signed correction
+    a, b = _copy(em, 64, a), _copy(em, 64, b)
+    al, ah, bl, bh = (em.tmp(32) for _ in range(4))
+    for lo32, src in ((al, a), (bl, b)):
+        em.emit(f"cvt.u32.u64 {lo32}, {src}")
+    for hi32, src in ((ah, a), (bh, b)):
+        t = _op(em, 64, "shr", src, 32, "u64")
+        em.emit(f"cvt.u32.u64 {hi32}, {t}")
+
+    def wide(x, y):
+        xx, yy = _ext(em, 32, x, False, 64), _ext(em, 32, y, False, 64)
+        return _mul_lo(em, 64, xx, yy)
+    ll, lh, hl, hh = wide(al, bl), wide(al, bh), wide(ah, bl), wide(ah, bh)
+    # low = ll + (lh << 32) + (hl << 32); carries into high
+    lo = _copy(em, 64, ll)
+    hi = _copy(em, 64, hh)
+    for part in (lh, hl):
+        sh = _op(em, 64, "shl", part, 32)
+        nlo = _op(em, 64, "add", lo, sh, "u64")
+        c = _setp(em, "lt", "u64", nlo, lo)
+        cv = _sel(em, 64, 1, 0, c)
+        em.emit(f"add.u64 {hi}, {hi}, {cv}")
+        em.emit(f"mov.b64 {lo}, {nlo}")
+        top = _op(em, 64, "shr", part, 32, "u64")
+        em.emit(f"add.u64 {hi}, {hi}, {top}")
+    if signed:      # hi_s = hi_u - (a < 0 ? b : 0) - (b < 0 ? a : 0)
+        for x, y in ((a, b), (b, a)):
+            neg = _setp(em, "lt", "s64", x, 0)
+            sub = _sel(em, 64, y, 0, neg)
+            em.emit(f"sub.u64 {hi}, {hi}, {sub}")
+    return lo, hi
+
+
+def _x_imul(em, ins):
+    t, w, signed, (d, a, b) = _parts(ins)
+    mode = ins.modifiers[0]
+    if mode == "lo":
+        _finish(em, ins, t, _mul_lo(em, w, a, b))
+        return
+    if mode == "wide":
+        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
+        _finish(em, ins, f"{t[0]}{2 * w}", _mul_lo(em, 2 * w, wa, wb))
+        return
+    _finish(em, ins, t, _mul_full(em, w, a, b, signed)[1])
+
+
+def _x_imad(em, ins):
+    t, w, signed, (d, a, b, c) = _parts(ins)
+    mode = ins.modifiers[0]
+    if mode == "lo":
+        p = _mul_lo(em, w, a, b)
+        _finish(em, ins, t, _op(em, w, "add", p, c, f"u{w}"))
+    elif mode == "wide":
+        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
+        p = _mul_lo(em, 2 * w, wa, wb)
+        _finish(em, ins, f"{t[0]}{2 * w}", _op(em, 2 * w, "add", p, c, f"u{2 * w}"))
+    else:
+        hi = _mul_full(em, w, a, b, signed)[1]
+        _finish(em, ins, t, _op(em, w, "add", hi, c, f"u{w}"))
+
+
+def _x_mul24(em, ins):
+    t, w, signed, ops = _parts(ins)
+    a24, b24 = (_bits24(em, x, signed) for x in ops[1:3])
+    prod = _mul_lo(em, 64, a24, b24)          # the 48-bit product of the 24-bit values
+    if ins.modifiers[0] == "lo":
+        r = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {r}, {prod}")
+    else:
+        sh = _op(em, 64, "shr", prod, 16, "u64")
+        r = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {r}, {sh}")
+    if SUPPORTED[ins.name].kind == "imad24":
+        r = _op(em, 32, "add", r, ops[3], "u32")
+    _finish(em, ins, t, r)
+
+
+def _bits24(em, x, signed) -> str:
+    """The low 24 bits of x, sign- or zero-extended to 64 bits."""
+    lo = _op(em, 32, "and", x, 0xFFFFFF)
+    if signed:
+        s = _op(em, 32, "shl", lo, 8)
+        lo = _op(em, 32, "shr", s, 8, "s32")
+    return _ext(em, 32, lo, signed, 64)
+
+
+def _udivrem(em, w, a, b) -> tuple[str, str]:
+    """(a / b, a % b) of unsigned w-bit values by restoring division (b == 0 handled by callers)."""
+    q, r, x = em.tmp(w), em.tmp(w), _copy(em, w, a)
+    b = _copy(em, w, b)
+    cnt = em.tmp(32)
+    em.emit(f"mov.b{w} {q}, 0")
+    em.emit(f"mov.b{w} {r}, 0")
+    em.emit(f"mov.b32 {cnt}, {w}")
+    top = em.label()
+    em.place(top)
+    # r = (r << 1) | top bit of x; x <<= 1; r >= b (also when r overflowed) -> subtract, q bit 1
+    hb = _op(em, w, "shr", x, w - 1, f"u{w}")
+    over = _setp(em, "lt", f"s{w}", r, 0)      # r's top bit: r << 1 does not fit in w bits
+    r2 = _op(em, w, "shl", r, 1)
+    em.emit(f"or.b{w} {r}, {r2}, {hb}")
+    em.emit(f"shl.b{w} {x}, {x}, 1")
+    ge = _setp(em, "ge", f"u{w}", r, b)
+    take = em.tmp(1)
+    em.emit(f"or.pred {take}, {ge}, {over}")
+    rs = _op(em, w, "sub", r, b, f"u{w}")
+    em.emit(f"selp.b{w} {r}, {rs}, {r}, {take}")
+    q2 = _op(em, w, "shl", q, 1)
+    q3 = _op(em, w, "or", q2, 1)
+    em.emit(f"selp.b{w} {q}, {q3}, {q2}, {take}")
+    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
+    more = _setp(em, "ne", "u32", cnt, 0)
+    em.emit(f"@{more} bra {top}")
+    return q, r
+
+
+def _x_divrem(em, ins):
+    t, w, signed, (d, a, b) = _parts(ins)
+    is_rem = SUPPORTED[ins.name].kind == "irem"
+    a, b = _copy(em, w, a), _copy(em, w, b)
+    bad = _setp(em, "eq", f"b{w}", b, 0)
+    if signed:
+        an, bn = _setp(em, "lt", f"s{w}", a, 0), _setp(em, "lt", f"s{w}", b, 0)
+        na, nb = _op(em, w, "sub", 0, a, f"u{w}"), _op(em, w, "sub", 0, b, f"u{w}")
+        ua, ub = _sel(em, w, na, a, an), _sel(em, w, nb, b, bn)
+        q, r = _udivrem(em, w, ua, ub)
+        qneg = em.tmp(1)
+        em.emit(f"xor.pred {qneg}, {an}, {bn}")
+        q = _sel(em, w, _op(em, w, "sub", 0, q, f"u{w}"), q, qneg)
+        r = _sel(em, w, _op(em, w, "sub", 0, r, f"u{w}"), r, an)       # the remainder has a's sign
+        ismin = _setp(em, "eq", f"b{w}", a, 1 << (w - 1))
+        m1 = _setp(em, "eq", f"b{w}", b, (1 << w) - 1)
+        ovf = em.tmp(1)
+        em.emit(f"and.pred {ovf}, {ismin}, {m1}")
+        em.emit(f"or.pred {bad}, {bad}, {ovf}")
+    else:
+        q, r = _udivrem(em, w, a, b)
+    res = _sel(em, w, _undef_of(em, w), r if is_rem else q, bad)
+    _finish(em, ins, t, res)
+
+
+# ----------------------------------------------------------------------------- bit operations
+
+
+def _mask_of(em, w, n) -> str:
+    """(1 << n) - 1 for 0 <= n (all ones for n >= w: PTX shifts by >= w give 0)."""
+    one = _op(em, w, "shl", 1, n)
+    return _op(em, w, "sub", one, 1, f"u{w}")
+
+
+def _popc(em, w, x) -> str:
+    c = [(0x5555555555555555, 1), (0x3333333333333333, 2), (0x0F0F0F0F0F0F0F0F, 4),
+         (0x00FF00FF00FF00FF, 8), (0x0000FFFF0000FFFF, 16), (0x00000000FFFFFFFF, 32)]
+    v = _copy(em, w, x)
+    M = (1 << w) - 1
+    for m, s in c:
+        if s >= w:
+            break
+        lo = _op(em, w, "and", v, m & M)
+        sh = _op(em, w, "shr", v, s, f"u{w}")
+        hi = _op(em, w, "and", sh, m & M)
+        v = _op(em, w, "add", lo, hi, f"u{w}")
+    return v
+
+
+def _x_popc(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    v = _popc(em, w, a)
+    if w == 64:
+        r = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {r}, {v}")
+        v = r
+    _finish(em, ins, "b32", v)
+
+
+def _clz(em, w, x) -> str:
+    """Leading zeros of the w-bit x, as a 32-bit value (w when x == 0)."""
+    v = _copy(em, w, x)
+    n = em.tmp(32)
+    em.emit(f"mov.b32 {n}, 0")
+    s = w // 2
+    while s:
+        top = _op(em, w, "shr", v, w - s, f"u{w}")
+        z = _setp(em, "eq", f"b{w}", top, 0)
+        vs = _op(em, w, "shl", v, s)
+        em.emit(f"selp.b{w} {v}, {vs}, {v}, {z}")
+        ns = _op(em, 32, "add", n, s, "u32")
+        em.emit(f"selp.b32 {n}, {ns}, {n}, {z}")
+        s //= 2
+    zero = _setp(em, "eq", f"b{w}", v, 0)       # only when x == 0: then n == w - 1
+    n1 = _op(em, 32, "add", n, 1, "u32")
+    return _sel(em, 32, n1, n, zero)
+
+
+def _x_clz(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    _finish(em, ins, "b32", _clz(em, w, a))
+
+
+def _x_brev(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    v = _copy(em, w, a)
+    M = (1 << w) - 1
+    s = 1
+    for m in (0x5555555555555555, 0x3333333333333333, 0x0F0F0F0F0F0F0F0F, 0x00FF00FF00FF00FF,
+              0x0000FFFF0000FFFF, 0x00000000FFFFFFFF):
+        if s >= w:
+            break
+        sh = _op(em, w, "shr", v, s, f"u{w}")
+        lo = _op(em, w, "and", sh, m & M)
+        lv = _op(em, w, "and", v, m & M)
+        hi = _op(em, w, "shl", lv, s)
+        v = _op(em, w, "or", lo, hi)
+        s *= 2
+    _finish(em, ins, t, v)
+
+
+def _x_bfind(em, ins):
+    t, w, signed, (d, a) = _parts(ins)
+    v = _copy(em, w, a)
+    if signed:
+        neg = _setp(em, "lt", f"s{w}", v, 0)
+        v = _sel(em, w, _op(em, w, "xor", v, (1 << w) - 1), v, neg)
+    n = _clz(em, w, v)
+    zero = _setp(em, "eq", f"b{w}", v, 0)
+    pos = n if "shiftamt" in ins.modifiers else _op(em, 32, "sub", w - 1, n, "u32")
+    _finish(em, ins, "b32", _sel(em, 32, 0xFFFFFFFF, pos, zero))
+
+
+def _x_bfe(em, ins):
+    t, w, signed, (d, a, b, c) = _parts(ins)
+    x = _copy(em, w, a)
+    pos, ln = _op(em, 32, "and", b, 0xFF), _op(em, 32, "and", c, 0xFF)
+    low = _op(em, w, "and", _op(em, w, "shr", x, pos, f"u{w}"), _mask_of(em, w, ln))
+    if signed:
+        # sign bit: bit min(pos + len - 1, msb) of a; it fills every bit past the field's width
+        top = _op(em, 32, "min", _op(em, 32, "add", pos, _op(em, 32, "sub", ln, 1, "u32"), "u32"),
+                  w - 1, "u32")
+        sb = _op(em, w, "and", _op(em, w, "shr", x, top, f"u{w}"), 1)
+        room = _op(em, 32, "sub", w, _op(em, 32, "min", pos, w, "u32"), "u32")
+        e = _op(em, 32, "min", ln, room, "u32")
+        fill = _op(em, w, "xor", _mask_of(em, w, e), (1 << w) - 1)
+        one = _setp(em, "ne", f"b{w}", sb, 0)
+        low = _sel(em, w, _op(em, w, "or", low, fill), low, one)
+    z = _setp(em, "eq", "b32", ln, 0)
+    _finish(em, ins, t, _sel(em, w, 0, low, z))
+
+
+def _x_bfi(em, ins):
+    t, w, _, (d, a, b, c, dd) = _parts(ins)
+    pos, ln = _op(em, 32, "and", c, 0xFF), _op(em, 32, "and", dd, 0xFF)
+    f = _op(em, w, "shl", _mask_of(em, w, ln), pos)
+    keep = _op(em, w, "and", b, _op(em, w, "xor", f, (1 << w) - 1))
+    ins_bits = _op(em, w, "and", _op(em, w, "shl", a, pos), f)
+    _finish(em, ins, t, _op(em, w, "or", keep, ins_bits))
+
+
+def _x_prmt(em, ins):
+    t, w, _, (d, a, b, c) = _parts(ins)
+    wa, wb = _ext(em, 32, a, False, 64), _ext(em, 32, b, False, 64)
+    src = _op(em, 64, "or", wa, _op(em, 64, "shl", wb, 32))
+    cc = _copy(em, 32, c)
+    r = em.tmp(32)
+    em.emit(f"mov.b32 {r}, 0")
+    for i in range(4):
+        sel = _op(em, 32, "and", _op(em, 32, "shr", cc, 4 * i, "u32"), 0xF)
+        sh = _op(em, 32, "shl", _op(em, 32, "and", sel, 7), 3)
+        byte64 = _op(em, 64, "and", _op(em, 64, "shr", src, sh, "u64"), 0xFF)
+        byte = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {byte}, {byte64}")
+        neg = _setp(em, "ne", "b32", _op(em, 32, "and", byte, 0x80), 0)
+        rep = _sel(em, 32, 0xFF, 0, neg)
+        msb = _setp(em, "ne", "b32", _op(em, 32, "and", sel, 8), 0)
+        byte = _sel(em, 32, rep, byte, msb)
+        em.emit(f"or.b32 {r}, {r}, {_op(em, 32, 'shl', byte, 8 * i)}")
+    _finish(em, ins, t, r)
+
+
+def _x_lop3(em, ins):
+    t, w, _, (d, a, b, c, lut) = _parts(ins)
+    lut = int(lut) & 0xFF
+    xs = [_copy(em, 32, v) for v in (a, b, c)]
+    nx = [_op(em, 32, "xor", v, 0xFFFFFFFF) for v in xs]
+    r = em.tmp(32)
+    em.emit(f"mov.b32 {r}, 0")
+    for k in range(8):
+        if (lut >> k) & 1:
+            term = _op(em, 32, "and", xs[0] if k & 4 else nx[0], xs[1] if k & 2 else nx[1])
+            term = _op(em, 32, "and", term, xs[2] if k & 1 else nx[2])
+            em.emit(f"or.b32 {r}, {r}, {term}")
+    _finish(em, ins, t, r)
+
+
+def _x_shf(em, ins):
+    t, w, _, (d, a, b, c) = _parts(ins)
+    direction, mode = ins.modifiers[0], ins.modifiers[1]
+    n = _op(em, 32, "and", c, 31) if mode == "wrap" else _op(em, 32, "min", c, 32, "u32")
+    m = _op(em, 32, "sub", 32, n, "u32")
+    if direction == "l":        # high word of (b:a) << n
+        r = _op(em, 32, "or", _op(em, 32, "shl", b, n), _op(em, 32, "shr", a, m, "u32"))
+    else:                       # low word of (b:a) >> n
+        r = _op(em, 32, "or", _op(em, 32, "shr", a, n, "u32"), _op(em, 32, "shl", b, m))
+    _finish(em, ins, t, r)
+
+
+# -------------------------------------------------------------------------- small arithmetic
+
+
+def _x_neg(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    _finish(em, ins, t, _op(em, w, "sub", 0, a, f"u{w}"))
+
+
+def _x_abs(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    x = _copy(em, w, a)
+    neg = _setp(em, "lt", f"s{w}", x, 0)
+    _finish(em, ins, t, _sel(em, w, _op(em, w, "sub", 0, x, f"u{w}"), x, neg))
+
+
+def _x_isat(em, ins):
+    t, w, _, (d, a, b) = _parts(ins)
+    wa, wb = _ext(em, 32, a, True, 64), _ext(em, 32, b, True, 64)
+    s = _op(em, 64, "add" if ins.opcode == "add" else "sub", wa, wb, "s64")
+    s = _op(em, 64, "min", _op(em, 64, "max", s, -(1 << 31), "s64"), (1 << 31) - 1, "s64")
+    r = em.tmp(32)
+    em.emit(f"cvt.u32.u64 {r}, {s}")
+    _finish(em, ins, t, r)
+
+
+def _x_sad(em, ins):
+    t, w, signed, (d, a, b, c) = _parts(ins)
+    x, y = _copy(em, w, a), _copy(em, w, b)
+    lt = _setp(em, "lt", t, x, y)
+    diff = _sel(em, w, _op(em, w, "sub", y, x, f"u{w}"), _op(em, w, "sub", x, y, f"u{w}"), lt)
+    _finish(em, ins, t, _op(em, w, "add", diff, c, f"u{w}"))
+
+
+def _x_cnot(em, ins):
+    t, w, _, (d, a) = _parts(ins)
+    z = _setp(em, "eq", f"b{w}", a, 0)
+    _finish(em, ins, t, _sel(em, w, 1, 0, z))
+
+
+def _x_slct(em, ins):
+    t, w, _, (d, a, b, c) = _parts(ins)
+    ct = ins.types[1]
+    if ct == "s32":
+        pick = _setp(em, "ge", "s32", c, 0)
+    else:       # f32: c >= 0.0 (-0.0 picks a, NaN picks b)
+        mag = _op(em, 32, "and", c, 0x7FFFFFFF)
+        nan = _setp(em, "gt", "u32", mag, 0x7F800000)
+        pos = _setp(em, "eq", "b32", _op(em, 32, "and", c, 0x80000000), 0)
+        zero = _setp(em, "eq", "b32", mag, 0)
+        pick = em.tmp(1)
+        em.emit(f"or.pred {pick}, {pos}, {zero}")
+        ok = em.tmp(1)
+        em.emit(f"not.pred {ok}, {nan}")
+        em.emit(f"and.pred {pick}, {pick}, {ok}")
+    _finish(em, ins, t, _sel(em, w, a, b, pick))
+
+
+# ------------------------------------------------------------- float bit operations (no math)
+
+
+def _fbits(em, ins, w):
+    """abs/neg on the sign bit; f64 passes a NaN through quieted (interp/fp64.py)."""
+    t, _, _, (d, a) = _parts(ins)
+    sign = 1 << (w - 1)
+    op = ("and", sign - 1) if ins.opcode == "abs" else ("xor", sign)
+    r = _op(em, w, op[0], a, op[1])
+    if w == 64:
+        nan = _setp(em, "gt", "u64", _op(em, 64, "and", a, sign - 1), 0x7FF0000000000000)
+        r = _sel(em, 64, _op(em, 64, "or", a, 1 << 51), r, nan)
+    _finish(em, ins, f"b{w}", r)
+
+
+def _copysign(em, ins, w):
+    t, _, _, (d, a, b) = _parts(ins)
+    sign = 1 << (w - 1)
+    mag = _op(em, w, "and", b, sign - 1)
+    _finish(em, ins, f"b{w}", _op(em, w, "or", mag, _op(em, w, "and", a, sign)))
+
+
+def _testp(em, ins, w):
+    """testp on raw bits (PTX ISA: +-0 count as normal numbers)."""
+    t, _, _, (d, a) = _parts(ins)
+    mant = 23 if w == 32 else 52
+    inf = ((1 << (w - 1 - mant)) - 1) << mant
+    mag = _op(em, w, "and", a, (1 << (w - 1)) - 1)
+    mode = ins.modifiers[0]
+    ty = f"u{w}"
+    if mode == "finite":
+        p = _setp(em, "lt", ty, mag, inf)
+    elif mode == "infinite":
+        p = _setp(em, "eq", ty, mag, inf)
+    elif mode == "number":
+        p = _setp(em, "le", ty, mag, inf)
+    elif mode == "notanumber":
+        p = _setp(em, "gt", ty, mag, inf)
+    else:
+        e = _op(em, w, "and", mag, inf)
+        sub = _setp(em, "eq", f"b{w}", e, 0)          # exponent field 0: zero or subnormal
+        nz = _setp(em, "ne", f"b{w}", mag, 0)
+        if mode == "subnormal":
+            p = em.tmp(1)
+            em.emit(f"and.pred {p}, {sub}, {nz}")
+        else:       # normal: exponent neither 0 nor all ones, or a zero
+            fin = _setp(em, "lt", ty, mag, inf)
+            p = em.tmp(1)
+            em.emit(f"not.pred {p}, {sub}")
+            em.emit(f"and.pred {p}, {p}, {fin}")
+            z = em.tmp(1)
+            em.emit(f"not.pred {z}, {nz}")
+            em.emit(f"or.pred {p}, {p}, {z}")
+    _finish(em, ins, "pred", p)
+
+
+_EXPANSIONS = {
+    "imul": _x_imul, "imad": _x_imad, "imul24": _x_mul24, "imad24": _x_mul24,
+    "idiv": _x_divrem, "irem": _x_divrem,
+    "popc": _x_popc, "clz": _x_clz, "brev": _x_brev, "bfind": _x_bfind, "bfe": _x_bfe,
+    "bfi": _x_bfi, "prmt": _x_prmt, "lop3": _x_lop3, "shf": _x_shf,
+    "ineg": _x_neg, "iabs": _x_abs, "isat": _x_isat, "sad": _x_sad, "cnot": _x_cnot,
+    "slct": _x_slct,
+    "fbits": lambda em, ins: _fbits(em, ins, 32), "dbits": lambda em, ins: _fbits(em, ins, 64),
+    "copysign": lambda em, ins: _copysign(em, ins, 32),
+    "dcopysign": lambda em, ins: _copysign(em, ins, 64),
+    "testp": lambda em, ins: _testp(em, ins, 32), "dtestp": lambda em, ins: _testp(em, ins, 64),
+}
+_EXPAND_NAMES = {n for n, f in SUPPORTED.items() if f.kind in _EXPANSIONS}
+
+
+def _expandable(ins) -> bool:
+    return ins.name in _EXPAND_NAMES
+
