@@ -221,11 +221,13 @@ class _Config:
 
 
 def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: int = 4,
-           step_budget: int | None = None, trace: bool = False) -> LaunchResult:
+           step_budget: int | None = None, trace: bool = False, observer=None) -> LaunchResult:
     """Run one launch of `kernel` (a Kernel, or a Module with one kernel).
 
     args, in .param order: a numpy array is a global buffer (its pointer is passed); a `Scalar`,
     Python int or float is a scalar. Buffers are copied; the results are in `.buffers`.
+    observer(warp, decoded instruction, pc, active lanes, lanes that executed it), if given, is
+    called after every step (the machine-level oracle reads write-backs through it).
     """
     if isinstance(kernel, Module):
         kernel = kernel.kernel()
@@ -234,6 +236,7 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
     cfg.shared_size = _shared_size(prog, dynamic_shared_bytes)
     glob, param_region, buf_regions = _bind_arguments(kernel, prog, args)
     run = _Run(prog, cfg, trace)
+    run.observer = observer
     for bid in range(cfg.nblocks):
         run.block(_make_block(prog, cfg, bid, glob, param_region))
     return run.result(_read_buffers(buf_regions, len(args)))
@@ -382,6 +385,7 @@ class _Run:
         self.tbuf = array("I")        # step records (block, warp, pc, mask), hashed as u32s
         self.trace = [] if trace else None
         self.group_cache = {}
+        self.observer = None
 
     def result(self, buffers) -> LaunchResult:
         _flush(self.hasher, self.tbuf)
@@ -430,13 +434,14 @@ class _Run:
         ins = code[pc]
         exe = _guarded(W, ins, active)
         kind = ins.kind
+        done = exe
         if kind == "op":
             if exe:
                 _execute(W, ins, exe)
             _advance(W, active, pc + 1)
         elif kind == "warp":
             if ins.sync:
-                _warp_sync(W, ins, pc, active, exe)
+                done = _warp_sync(W, ins, pc, active, exe)
             else:
                 if exe:
                     _execute(W, ins, exe, active)
@@ -477,6 +482,8 @@ class _Run:
                 _advance(W, active, pc + 1)
         else:  # nop
             _advance(W, active, pc + 1)
+        if self.observer is not None:
+            self.observer(W, ins, pc, active, done)
         if blk.waiting and blk.waiting == blk.alive:
             _release_barrier(blk)
 
@@ -636,7 +643,7 @@ def _warp_sync(W, ins, pc, active, exe):
     parked = W.parked.pop(key, ())
     if not exe and not parked:
         _advance(W, active, pc + 1)
-        return
+        return []
     M = W.R[ins.mcol]
     for l in exe:
         if M[l] is None:
@@ -660,6 +667,7 @@ def _warp_sync(W, ins, pc, active, exe):
     if waiting:
         W.parked[key] = waiting
     _set_run(W)
+    return ready
 
 
 def _ready(W, M, group):

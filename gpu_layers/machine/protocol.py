@@ -1,0 +1,164 @@
+"""The token protocol, v1: the execution trace the compiled model will emit, as the oracle sees it.
+
+The machine runs machine code (gpu_layers.machine.lower) one lane group at a time: a warp-
+instruction of the reference interpreter (the cursor rule picks a warp and a PC) is issued to the
+groups of `lanes` consecutive lanes that hold an active thread, in lane order. Emitted tokens
+(docs/machine.md §3: every state change that depends on itself is carried by a token):
+
+    <blk B>            block B starts (blocks run in order)
+    <wi W P>           warp W issues the instruction at machine PC P
+    <g K E V U>        lane group K of that issue: E = lanes that executed it (guard true; for a
+                       branch: taken), V = their predicate results when the destination is a
+                       predicate, U = lanes whose write-back is undefined (poison); 4 bits each
+    <d X>              16 bits of write-back data: the executed lanes' destination registers in
+                       lane order, each at its width, packed low bits first, the last chunk of a
+                       group padded with zeros (predicate results travel in V instead)
+    <dump N>           output buffer N follows, as <d X> chunks of its bytes (little-endian)
+    <halt>             the launch is over
+
+`trace_tokens` runs a lowered kernel on the reference interpreter and returns this stream with the
+buffers; `decode_outputs` reads the output buffers back from the stream alone. Counting: tokens
+per thread-instruction divides the stream length by the thread-instructions of the *original*
+kernel (threads active at each of its warp-instructions), the speed metric of issue 7.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_layers.interp.machine import launch
+
+CHUNK = 16
+
+
+@dataclass
+class Trace:
+    tokens: list            # [(kind, *fields)]
+    buffers: list           # the launch's buffers (numpy arrays; None for scalars)
+    steps: int              # machine warp-instructions
+    issues: int             # lane-group issues
+
+
+def _dst_columns(prog, ins):
+    """(column, bits) of the registers an instruction writes (scratch sinks excluded)."""
+    out = []
+    for c in ins.dsts:
+        name = prog.colnames[c]
+        if name in prog.regbits:
+            out.append((c, prog.regbits[name]))
+    return out
+
+
+def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
+                 step_budget=None) -> Trace:
+    """Run machine code `kernel` and return the token stream it emits (see the module docstring).
+    outputs: indices of the buffer arguments to dump at the end (default: every buffer)."""
+    from gpu_layers.interp.machine import program_for
+
+    prog = program_for(kernel)
+    toks = []
+    cols = {}
+    state = {"block": None, "issues": 0}
+    gmask = (1 << lanes) - 1
+
+    def observe(W, ins, pc, active, done):
+        if W.block_id != state["block"]:
+            state["block"] = W.block_id
+            toks.append(("blk", W.block_id))
+        toks.append(("wi", W.index, pc))
+        dcols = cols.get(pc)
+        if dcols is None:
+            dcols = cols[pc] = _dst_columns(prog, ins)
+        pred_only = len(dcols) == 1 and dcols[0][1] == 1
+        lanes_on = set(active) | set(done)
+        done_set = set(done)
+        R = W.R
+        for k in range(32 // lanes):
+            group = [l for l in range(k * lanes, (k + 1) * lanes) if l in lanes_on]
+            if not group:
+                continue
+            state["issues"] += 1
+            e = v = u = 0
+            bits = []
+            for l in group:
+                if l not in done_set:
+                    continue
+                j = l - k * lanes
+                e |= 1 << j
+                for c, w in dcols:
+                    x = R[c][l]
+                    if x is None:
+                        u |= 1 << j
+                        x = 0
+                    if pred_only:
+                        v |= (x & 1) << j
+                    else:
+                        bits.append((x, w))
+            toks.append(("g", k, e & gmask, v, u))
+            toks.extend(("d", x) for x in _chunks(bits))
+
+    res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
+                 step_budget=step_budget, observer=observe)
+    for i in (outputs if outputs is not None else range(len(res.buffers))):
+        buf = res.buffers[i]
+        if buf is None:
+            continue
+        toks.append(("dump", i))
+        data = buf.tobytes()
+        toks.extend(("d", x) for x in _chunks([(b, 8) for b in data]))
+    toks.append(("halt",))
+    return Trace(toks, res.buffers, res.steps, state["issues"])
+
+
+def _chunks(bits):
+    """(value, width) fields packed low bits first into CHUNK-bit words (last one zero-padded)."""
+    acc = n = 0
+    out = []
+    for x, w in bits:
+        acc |= (x & ((1 << w) - 1)) << n
+        n += w
+        while n >= CHUNK:
+            out.append(acc & ((1 << CHUNK) - 1))
+            acc >>= CHUNK
+            n -= CHUNK
+    if n:
+        out.append(acc)
+    return out
+
+
+def decode_outputs(tokens, like) -> dict:
+    """The dumped buffers, read from the token stream alone: {argument index: numpy array}, each
+    shaped and typed like like[index] (the launch's input buffers)."""
+    out = {}
+    cur = None
+    words = []
+
+    def close():
+        if cur is not None:
+            raw = b"".join(int(w).to_bytes(CHUNK // 8, "little") for w in words)
+            ref = like[cur]
+            out[cur] = np.frombuffer(raw[:ref.nbytes], dtype=ref.dtype).reshape(ref.shape).copy()
+
+    for t in tokens:
+        if t[0] == "dump":
+            close()
+            cur, words = t[1], []
+        elif t[0] == "halt":
+            close()
+            cur = None
+        elif cur is not None and t[0] == "d":
+            words.append(t[1])
+    return out
+
+
+def thread_instructions(kernel, grid, block, args, dynamic_shared_bytes=0) -> int:
+    """Thread-instructions of a kernel: threads active at each of its warp-instructions."""
+    count = [0]
+
+    def observe(W, ins, pc, active, done):
+        count[0] += len(active)
+
+    launch(kernel, grid, block, list(args), dynamic_shared_bytes, observer=observe,
+           step_budget=50_000_000)
+    return count[0]
