@@ -365,7 +365,8 @@ def test_comparisons_and_testp():
         assert F.testp_fn("number")(x) == int(not math.isnan(v))
         sub = math.isfinite(v) and v != 0 and abs(v) < 2.2250738585072014e-308
         assert F.testp_fn("subnormal")(x) == int(sub)
-        assert F.testp_fn("normal")(x) == int(math.isfinite(v) and v != 0 and not sub)
+        # PTX ISA, testp: "positive and negative zero are considered normal numbers"
+        assert F.testp_fn("normal")(x) == int(math.isfinite(v) and not sub)
 
 
 # ---------------------------------------------------------------- conversions

@@ -107,9 +107,10 @@ def test_module_level_global_is_refused():
 # per-lane values (edge cases and random ones, chosen so that nothing is undefined: no division
 # by zero, no MIN / -1, full membermasks), the instruction runs on 32 threads, its results are
 # stored and compared with an independent reference written here in plain Python (integers,
-# struct, numpy float32, fractions; nothing from gpu_layers.interp). Memory forms also check
-# that exactly the addressed bytes changed, in the addressed state space only. Any exception,
-# ExecutionError included, is a failure.
+# struct, numpy float32, Python floats, fractions; nothing from gpu_layers.interp). Memory forms
+# also check that exactly the addressed bytes changed, in the addressed state space only. Any
+# exception, ExecutionError included, is a failure. (f64 operands and results live in .f64
+# registers; the f64 NaN policy the references encode is written out above round_f64.)
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 SIGN32 = 0x80000000
@@ -118,8 +119,8 @@ IMAGE_WORDS = 4                 # each lane's memory region: 32 bytes
 INP_SLOTS, OUT_SLOTS = 8, 16    # u64 slots per lane: inp 0-3 image, 4-7 operands; out 0-3 results,
                                 # 4-7 the lane's shared region, 8-11 its local region afterwards
 REG = {"p": ("%p", 10, 20), "16": ("%rs", 10, 20), "32": ("%r", 40, 30), "f": ("%f", 40, 30),
-       "64": ("%rd", 40, 30)}
-CLASS_BITS = {"p": 1, "16": 16, "32": 32, "f": 32, "64": 64}
+       "64": ("%rd", 40, 30), "d": ("%fd", 40, 30)}
+CLASS_BITS = {"p": 1, "16": 16, "32": 32, "f": 32, "64": 64, "d": 64}
 
 PROLOGUE = """\tld.param.u64 \t%rd60, [inp];
 \tcvta.to.global.u64 \t%rd60, %rd60;
@@ -146,7 +147,8 @@ for _k in range(IMAGE_WORDS):       # the same 32-byte image in the lane's share
 EPILOGUE = "".join(f"\tld.shared.u64 \t%rd55, [%rd57+{8 * k}];\n\tst.global.u64 \t[%rd61+{32 + 8 * k}], %rd55;\n"
                    f"\tld.local.u64 \t%rd55, [%rd56+{8 * k}];\n\tst.global.u64 \t[%rd61+{64 + 8 * k}], %rd55;\n"
                    for k in range(IMAGE_WORDS)) + "\tret;\n"
-DECLS = "\t.shared .align 16 .b8 sh[2048];\n\t.shared .align 4 .b8 shb[256];\n\t.local .align 16 .b8 loc[32];\n"
+DECLS = ("\t.shared .align 16 .b8 sh[2048];\n\t.shared .align 4 .b8 shb[256];\n\t.local .align 16 .b8 loc[32];\n"
+         "\t.reg .f64 \t%fd<80>;\n")      # .f64 operands live in .f64 registers, as nvcc writes them
 PARAMS = (("out", "u64"), ("inp", "u64"), ("mem", "u64"), ("pv", "u64"))
 
 
@@ -164,7 +166,7 @@ def _load(cls, reg, slot):
     off = 8 * slot
     if cls == "p":
         return f"\tld.global.u32 \t%r100, [%rd60+{off}];\n\tsetp.ne.u32 \t{reg}, %r100, 0;\n"
-    ld = {"16": "u16", "32": "u32", "f": "f32", "64": "u64"}[cls]
+    ld = {"16": "u16", "32": "u32", "f": "f32", "64": "u64", "d": "f64"}[cls]
     return f"\tld.global.{ld} \t{reg}, [%rd60+{off}];\n"
 
 
@@ -172,7 +174,7 @@ def _store(cls, reg, slot):
     off = 8 * slot
     if cls == "p":
         return f"\tselp.u32 \t%r101, 1, 0, {reg};\n\tst.global.u32 \t[%rd61+{off}], %r101;\n"
-    st = {"16": "u16", "32": "u32", "f": "f32", "64": "u64"}[cls]
+    st = {"16": "u16", "32": "u32", "f": "f32", "64": "u64", "d": "f64"}[cls]
     return f"\tst.global.{st} \t[%rd61+{off}], {reg};\n"
 
 
@@ -370,6 +372,8 @@ def cls_of(t):
         return "p"
     if t == "f32":
         return "f"
+    if t == "f64":
+        return "d"
     return {8: "16", 16: "16", 32: "32", 64: "64"}[TYPE_BITS[t]]
 
 
@@ -401,8 +405,8 @@ def _int_cmp(op, a, b):
             "lo": a < b, "ls": a <= b, "hi": a > b, "hs": a >= b}[op]
 
 
-def _f_cmp(op, x, y):
-    a, b = fval(x), fval(y)
+def _f_cmp(op, x, y, t="f32"):
+    a, b = (fval(x), fval(y)) if t == "f32" else (dval(x), dval(y))
     unordered = math.isnan(a) or math.isnan(b)
     if op == "num":
         return not unordered
@@ -473,8 +477,8 @@ def _fround_int(x, mode):
 
 def _f32_to_int(x, mode, t):
     lo, hi = (-(1 << (TYPE_BITS[t] - 1)), (1 << (TYPE_BITS[t] - 1)) - 1) if t[0] == "s" else (0, msk(TYPE_BITS[t]))
-    if is_nan(x):
-        return 0
+    if is_nan(x):       # PTX ISA cvt: NaN -> 0, or 1 << 63 for a 64-bit destination
+        return 0 if TYPE_BITS[t] < 64 else 1 << 63
     if not is_finite(x):
         return hi if not x & SIGN32 else lo
     return min(max(_fround_int(x, mode), lo), hi)
@@ -545,6 +549,278 @@ def _testp(mode, x):
             "normal": 0 < e < 255 or (e == 0 and m == 0), "subnormal": e == 0 and m != 0}[mode]
 
 
+# ---- binary64 references (independent: struct, Python floats, fractions) -------------------
+#
+# The f64 NaN policy the interpreter documents (gpu_layers/interp/fp64.py, from the PTX ISA, the
+# CUDA programming guide and envytools' hardware-tested DADD/DMUL/DFMA/DMNMX/F2F model), written
+# out here as the expected behaviour:
+#   * an invalid operation (inf - inf, 0 * inf, 0 / 0, inf / inf, sqrt of a negative) makes
+#     0xFFF8000000000000;
+#   * a NaN operand comes out with its sign and payload and the quiet bit (bit 51) set; when
+#     several are NaN: add/sub/mul/div take b's, then a's (sub does not negate a NaN b); fma a*b+c
+#     takes b's, then c's, then a's; sqrt and rcp their operand's;
+#   * min/max: the other operand when one is NaN, b's NaN (quieted) when both are; -0 < +0;
+#   * abs/neg: a NaN passes with its sign, quieted; copysign is a bit operation;
+#   * cvt f32 <-> f64: a NaN keeps its sign and payload (shifted) and gets the quiet bit;
+#     f64 NaN -> integer of width w: 1 << (w - 1) (PTX ISA cvt); cvt.rni..f64.f64: quieted;
+#     cvt.sat.f64.f64: NaN -> +0.
+
+D_SIGN = 1 << 63
+D_INF = 0x7FF0000000000000
+D_QUIET = 1 << 51
+D_FRAC = (1 << 52) - 1
+D_GEN_NAN = 0xFFF8000000000000
+D_MAX = 0x7FEFFFFFFFFFFFFF
+D_ONE = 0x3FF0000000000000
+TWO = Fraction(2)
+
+
+def dval(b):
+    """binary64 bits -> the Python float (struct; NaN payloads are not read through this)."""
+    return struct.unpack("<d", struct.pack("<Q", b & M64))[0]
+
+
+def dbits(v):
+    """A Python float that is not NaN -> its binary64 bits."""
+    assert v == v
+    return struct.unpack("<Q", struct.pack("<d", v))[0]
+
+
+def d_is_nan(b):
+    return (b & ~D_SIGN) > D_INF
+
+
+def d_is_inf(b):
+    return (b & ~D_SIGN) == D_INF
+
+
+def d_is_finite(b):
+    return (b & D_INF) != D_INF
+
+
+def d_is_zero(b):
+    return (b & ~D_SIGN) == 0
+
+
+def d_neg(b):
+    return bool(b & D_SIGN)
+
+
+def round_f64(q: Fraction, mode: str, zero_neg: bool = False) -> int:
+    """The binary64 bits of the exact rational q rounded with rn/rz/rm/rp: q == 0 gives +0, or -0
+    if zero_neg; a nonzero q keeps its sign (also when it rounds to zero). The quantum is
+    2^(e - 52) for 2^e <= |q| < 2^(e + 1), never below 2^-1074 (subnormals); an overflowing
+    result is inf or the largest finite value, by mode."""
+    if q == 0:
+        return D_SIGN if zero_neg else 0
+    neg = q < 0
+    a = -q if neg else q
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if TWO ** e > a:
+        e -= 1
+    quantum = TWO ** max(e - 52, -1074)
+    scaled = a / quantum
+    n = scaled.numerator // scaled.denominator
+    rem = scaled - n
+    if rem:
+        if mode == "rn":
+            n += rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2 == 1)
+        elif mode == "rp":
+            n += not neg
+        elif mode == "rm":
+            n += neg
+        else:
+            assert mode == "rz", mode
+    mag = n * quantum
+    if mag >= TWO ** 1024:
+        to_inf = mode == "rn" or mode == ("rm" if neg else "rp")
+        bits = D_INF if to_inf else D_MAX
+    else:
+        bits = dbits(float(mag))          # exactly representable: float() is exact
+    return bits | (D_SIGN if neg else 0)
+
+
+def _dq(b):
+    return Fraction(dval(b))
+
+
+def _zero_sum_neg(xneg, yneg, mode):
+    """The sign of an exact zero sum x + y (IEEE 754): kept if both agree, else -0 only in rm."""
+    return (xneg and yneg) or (xneg != yneg and mode == "rm")
+
+
+def _d_add(x, y, mode):
+    if d_is_nan(y):
+        return y | D_QUIET
+    if d_is_nan(x):
+        return x | D_QUIET
+    if not (d_is_finite(x) and d_is_finite(y)):
+        if d_is_inf(x) and d_is_inf(y) and d_neg(x) != d_neg(y):
+            return D_GEN_NAN
+        return x if d_is_inf(x) else y
+    if mode == "rn":
+        return dbits(dval(x) + dval(y))
+    return round_f64(_dq(x) + _dq(y), mode, _zero_sum_neg(d_neg(x), d_neg(y), mode))
+
+
+def _d_sub(x, y, mode):
+    if d_is_nan(y):
+        return y | D_QUIET          # not negated
+    return _d_add(x, y ^ D_SIGN, mode)
+
+
+def _d_mul(x, y, mode):
+    if d_is_nan(y):
+        return y | D_QUIET
+    if d_is_nan(x):
+        return x | D_QUIET
+    sign = (x ^ y) & D_SIGN
+    if not (d_is_finite(x) and d_is_finite(y)):
+        return D_GEN_NAN if d_is_zero(x) or d_is_zero(y) else sign | D_INF
+    if mode == "rn":
+        return dbits(dval(x) * dval(y))
+    return round_f64(_dq(x) * _dq(y), mode, bool(sign))
+
+
+def _d_div(x, y, mode):
+    if d_is_nan(y):
+        return y | D_QUIET
+    if d_is_nan(x):
+        return x | D_QUIET
+    sign = (x ^ y) & D_SIGN
+    if d_is_inf(x):
+        return D_GEN_NAN if d_is_inf(y) else sign | D_INF
+    if d_is_inf(y):
+        return sign
+    if d_is_zero(y):
+        return D_GEN_NAN if d_is_zero(x) else sign | D_INF
+    if mode == "rn":
+        return dbits(dval(x) / dval(y))
+    return round_f64(_dq(x) / _dq(y), mode, bool(sign))
+
+
+def _d_fma(x, y, z, mode):
+    for v in (y, z, x):
+        if d_is_nan(v):
+            return v | D_QUIET
+    psign = (x ^ y) & D_SIGN
+    if d_is_inf(x) or d_is_inf(y):
+        if d_is_zero(x) or d_is_zero(y):
+            return D_GEN_NAN
+        if d_is_inf(z) and (z & D_SIGN) != psign:
+            return D_GEN_NAN
+        return psign | D_INF
+    if d_is_inf(z):
+        return z
+    q = _dq(x) * _dq(y) + _dq(z)        # exact, rounded once (all modes, rn included)
+    return round_f64(q, mode, _zero_sum_neg(bool(psign), d_neg(z), mode))
+
+
+def _d_sqrt(x, mode):
+    if d_is_nan(x):
+        return x | D_QUIET
+    if d_is_zero(x):
+        return x
+    if d_neg(x):
+        return D_GEN_NAN
+    if d_is_inf(x):
+        return x
+    v = dval(x)
+    r = math.sqrt(v)                    # correctly rounded (rn)
+    if mode == "rn":
+        return dbits(r)
+    q = Fraction(v)
+    lo = r                              # the largest float whose square is <= x
+    while Fraction(lo) ** 2 > q:
+        lo = math.nextafter(lo, 0.0)
+    while Fraction(math.nextafter(lo, math.inf)) ** 2 <= q:
+        lo = math.nextafter(lo, math.inf)
+    exact = Fraction(lo) ** 2 == q
+    return dbits(lo if exact or mode in ("rz", "rm") else math.nextafter(lo, math.inf))
+
+
+def _d_minmax(op, x, y):
+    if d_is_nan(x) and d_is_nan(y):
+        return y | D_QUIET
+    if d_is_nan(x):
+        return y
+    if d_is_nan(y):
+        return x
+    a, b = dval(x), dval(y)
+    if a == b:          # only +-0 differ: -0 is the smaller
+        want_neg = (d_neg(x) or d_neg(y)) if op == "min" else (d_neg(x) and d_neg(y))
+        return x if d_neg(x) == want_neg else y
+    return x if (a < b) == (op == "min") else y
+
+
+def _d_testp(mode, x):
+    e, m = (x >> 52) & 0x7FF, x & D_FRAC
+    nan, inf = e == 0x7FF and m != 0, e == 0x7FF and m == 0
+    return {"finite": e != 0x7FF, "infinite": inf, "number": not nan, "notanumber": nan,
+            # PTX ISA: "positive and negative zero are considered normal numbers"
+            "normal": 0 < e < 0x7FF or (e == 0 and m == 0), "subnormal": e == 0 and m != 0}[mode]
+
+
+def _dround_int(x, mode):
+    """A finite binary64 value rounded to an integer by rni/rzi/rmi/rpi (exact)."""
+    q = _dq(x)
+    return {"rni": round(q), "rzi": math.trunc(q), "rmi": math.floor(q), "rpi": math.ceil(q)}[mode]
+
+
+def _d_to_int(x, mode, t):
+    w = TYPE_BITS[t]
+    lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if t[0] == "s" else (0, msk(w))
+    if d_is_nan(x):
+        return 1 << (w - 1)
+    if d_is_inf(x):
+        return lo if d_neg(x) else hi
+    return min(max(_dround_int(x, mode), lo), hi)
+
+
+def _f32_to_f64(x):
+    if is_nan(x):
+        return ((x >> 31) << 63) | D_INF | D_QUIET | ((x & 0x7FFFFF) << 29)
+    return dbits(fval(x))           # exact (struct widens binary32 to binary64)
+
+
+def _f64_to_f32(x, mode):
+    s = (x >> 63) << 31
+    if d_is_nan(x):
+        return s | 0x7FC00000 | ((x & D_FRAC) >> 29)
+    if d_is_inf(x):
+        return s | 0x7F800000
+    return round_f32(_dq(x), mode, d_neg(x))
+
+
+def _f64_edges():
+    d = dbits
+    return [0, D_SIGN, D_ONE, D_ONE | D_SIGN, D_INF, D_INF | D_SIGN,
+            0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000ABC, 0xFFFC0000DEADBEEF,   # quiet NaNs
+            0x7FF0000000000001, 0xFFF4000000000123, 0x7FF7FFFFFFFFFFFF,                       # signalling
+            1, D_SIGN | 1, 0x000FFFFFFFFFFFFF, 0x0008000000000000, 0x0010000000000000,
+            D_SIGN | 0x0010000000000000, D_MAX, D_MAX | D_SIGN, 0x7FE0000000000000, 0x7FEFFFFFFFFFFFFE,
+            d(0.5), d(1.5), d(2.5), d(-2.5), d(-0.5), d(0.1), d(1 / 3), d(math.pi), d(1 + 2 ** -52),
+            d(1 - 2 ** -53), d(2.0 ** 52), d(2.0 ** 52 - 0.5), d(2.0 ** 53), d(2.0 ** 53 + 2),
+            d(2.0 ** 31), d(-2.0 ** 31 - 1), d(4294967295.5), d(2.0 ** 63), d(-2.0 ** 63), d(2.0 ** 64),
+            d(9223372036854774784.0), d(-9223372036854775808.5 - 1024),
+            d(3.4028234663852886e38), d(2.0 ** 128 - 2.0 ** 103), d(2.0 ** 128), d(2.0 ** -126),
+            d(2.0 ** -149), d(2.0 ** -150), d(3 * 2.0 ** -150), d(1 + 2 ** -24), d(1 + 3 * 2 ** -24)]
+
+
+D_EDGES = _f64_edges()
+
+
+def rand_f64(rng):
+    k = rng.random()
+    if k < 0.35:
+        return rng.choice(D_EDGES)
+    if k < 0.85:
+        r = rng.random()
+        e = rng.randint(1, 80) if r < 0.12 else rng.randint(1960, 2046) if r < 0.24 else rng.randint(963, 1083)
+        return (rng.getrandbits(1) << 63) | (e << 52) | rng.getrandbits(52)
+    return rng.getrandbits(64)
+
+
 # ---- builders, one per handler family (Form.kind) ------------------------------------------
 
 def _gen_for(t, role="x"):
@@ -552,6 +828,8 @@ def _gen_for(t, role="x"):
         return lambda rng: rng.getrandbits(1)
     if t == "f32":
         return rand_f32
+    if t == "f64":
+        return rand_f64
     w = TYPE_BITS[t]
     if role == "shift":
         return lambda rng: rng.choice([0, 1, w - 1, w, w + 1, 2 * w, 31, 32, 33, 63, 64, M32, SIGN32,
@@ -703,12 +981,14 @@ def build_select(name, form):
         boolop = mods[1] if len(mods) > 1 else None
 
         def test(a, b):
-            return _f_cmp(cmp, a, b) if t == "f32" else _int_cmp(cmp, val(a, t), val(b, t))
+            return _f_cmp(cmp, a, b, t) if t in ("f32", "f64") else _int_cmp(cmp, val(a, t), val(b, t))
 
         def gen(r):
             a, b = g(r), g(r)
             if r.random() < 0.25:
                 b = a
+            elif t == "f64" and r.random() < 0.15:      # +0 == -0; a NaN against itself
+                a, b = r.choice([(0, D_SIGN), (D_SIGN, 0), (0x7FF8000000000000, 0x7FF8000000000000)])
             return [a, b, r.getrandbits(1)]
         if boolop is None:
             return _lanewise(name, [c, c], ["p"], "\t%s \t{d0}, {s0}, {s1};\n" % name, lambda r: gen(r)[:2],
@@ -843,6 +1123,153 @@ def build_cvt(name, form):
     return _lanewise(name, ["f"], ["f"], body, gen_f, ref_r)
 
 
+
+def _d_near(r, a, op):
+    """An operand that makes a ties / cancels / nearly cancels with the finite a under op."""
+    e = (a >> 52) & 0x7FF
+    k = r.random()
+    if op in ("add", "sub") and k < 0.4 and e > 60:       # half an ulp of a (a tie), or about it
+        frac = r.choice([0, 1, D_FRAC, r.getrandbits(52)])
+        return (r.getrandbits(1) << 63) | ((e - 53 - r.randint(0, 1)) << 52) | frac
+    if k < 0.7:                                           # x - x, x + (-x), and 1 ulp away
+        b = r.choice([a, a ^ D_SIGN])
+        return (b + r.choice([-1, 0, 1])) & M64 if e else b
+    return rand_f64(r)
+
+
+def build_f64(name, form):
+    op, mods, types = _types(name)
+    k = form.kind
+    mode = next((m for m in mods if m in ("rn", "rz", "rm", "rp")), "rn")
+    g = rand_f64
+    two = "\t%s \t{d0}, {s0}, {s1};\n" % name
+    one = "\t%s \t{d0}, {s0};\n" % name
+    if k == "dbin":
+        f = {"add": _d_add, "sub": _d_sub, "mul": _d_mul, "div": _d_div}[op]
+
+        def gen(r):
+            a = g(r)
+            b = _d_near(r, a, op) if d_is_finite(a) and r.random() < 0.35 else g(r)
+            return [a, b]
+        return _lanewise(name, ["d", "d"], ["d"], two, gen, lambda a, b: [f(a, b, mode)])
+    if k == "dfma":
+        def gen(r):
+            a, b, z = g(r), g(r), g(r)
+            if r.random() < 0.4 and d_is_finite(a) and d_is_finite(b):     # near cancellation
+                p = dval(a) * dval(b)
+                if math.isfinite(p):
+                    z = (dbits(-p) + r.choice([-2, -1, 0, 0, 1, 2])) & M64
+            return [a, b, z]
+        return _lanewise(name, ["d"] * 3, ["d"], "\t%s \t{d0}, {s0}, {s1}, {s2};\n" % name, gen,
+                         lambda a, b, z: [_d_fma(a, b, z, mode)])
+    if k == "dunary":
+        def gen(r):
+            a = g(r)
+            u = r.random()
+            if op == "sqrt" and u < 0.6:
+                a &= ~D_SIGN
+                if u < 0.2:                         # a perfect square (of a 26-bit significand)
+                    m = (1 << 25) | r.getrandbits(25)
+                    a = dbits(float(m * m) * 2.0 ** (2 * r.randint(-300, 250)))
+            if op == "rcp" and u < 0.2:             # exact reciprocals, subnormal results, overflow
+                a = r.choice([dbits(2.0 ** r.randint(-1074, 1023)), 0x7FE0000000000000 | r.getrandbits(52),
+                              r.getrandbits(50), D_SIGN | 3])
+            return [a]
+        f = _d_sqrt if op == "sqrt" else (lambda x, m: _d_div(D_ONE, x, m))
+        return _lanewise(name, ["d"], ["d"], one, gen, lambda a: [f(a, mode)])
+    if k == "dminmax":
+        def gen(r):
+            a, b = g(r), g(r)
+            if r.random() < 0.25:
+                a, b = r.choice([(0, D_SIGN), (D_SIGN, 0), (a, a), (0x7FF0000000000001, 0xFFF8000000000ABC)])
+            return [a, b]
+        return _lanewise(name, ["d", "d"], ["d"], two, gen, lambda a, b: [_d_minmax(op, a, b)])
+    if k == "dbits":
+        def ref(a):
+            if d_is_nan(a):
+                return [a | D_QUIET]
+            return [a & ~D_SIGN if op == "abs" else a ^ D_SIGN]
+        return _lanewise(name, ["d"], ["d"], one, lambda r: [g(r)], ref)
+    if k == "dcopysign":
+        return _lanewise(name, ["d", "d"], ["d"], two, lambda r: [g(r), g(r)],
+                         lambda a, b: [(b & ~D_SIGN) | (a & D_SIGN)])
+    if k == "dtestp":
+        return _lanewise(name, ["d"], ["p"], one, lambda r: [g(r)], lambda a: [int(_d_testp(mods[0], a))])
+    raise AssertionError(k)
+
+
+_D_INT_EDGES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, 127.5, -128.5, 128.0, -129.0, 255.5,
+                256.0, 32767.5, -32768.5, 65535.5, 65536.0, 2147483647.5, -2147483648.5, 2147483648.0,
+                4294967295.5, 4294967296.0, 2.0 ** 63, -2.0 ** 63, 2.0 ** 64, 9223372036854774784.0,
+                18446744073709549568.0, -9223372036854777856.0, 1e300, -1e300, 5e-324, -5e-324, -0.0,
+                4503599627370495.5, -4503599627370495.5]
+
+
+def build_dcvt(name, form):
+    op, mods, (dt, st) = _types(name)
+    rnd = next((m for m in mods if m.startswith("r")), None)
+    dc, sc = cls_of(dt), cls_of(st)
+    body = "\t%s \t{d0}, {s0};\n" % name
+    if st == "f32":                                     # cvt.f64.f32: exact
+        return _lanewise(name, ["f"], ["d"], body, lambda r: [rand_f32(r)], lambda a: [_f32_to_f64(a)])
+    if dt == "f32":                                     # cvt.{rn,rz,rm,rp}.f32.f64
+        def gen(r):
+            x = rand_f64(r)
+            if r.random() < 0.5:        # in binary32's range, ties and near ties in the low 29 bits
+                e = r.randint(1023 - 152, 1023 + 128)
+                x = (r.getrandbits(1) << 63) | (e << 52) | (r.getrandbits(23) << 29) | \
+                    r.choice([0, 1 << 28, (1 << 28) + 1, (1 << 28) - 1, (1 << 29) - 1, r.getrandbits(29)])
+            return [x]
+        return _lanewise(name, ["d"], ["f"], body, gen, lambda a: [_f64_to_f32(a, rnd)])
+    if dt == "f64" and st != "f64":                     # integer -> f64
+        w = TYPE_BITS[st]
+        g = _gen_for({8: "u16", 16: "u16", 32: "u32", 64: "u64"}[w])
+
+        def gen(r):
+            x = g(r)
+            if w == 64 and r.random() < 0.5:    # more than 53 significant bits, ties
+                x = r.choice([r.getrandbits(64) | 1, ((1 << 53) + 1) << r.randint(0, 10),
+                              ((((1 << 53) + 1) << r.randint(1, 10)) + r.choice([1, -1])),
+                              ((1 << 53) + 3) << r.randint(0, 10)]) & M64
+            return [x & msk(CLASS_BITS[sc])]
+        return _lanewise(name, [sc], ["d"], body, gen, lambda a: [round_f64(Fraction(val(a, st)), rnd)])
+
+    def gen_d(r):
+        x = rand_f64(r)
+        k = r.random()
+        if k < 0.4:
+            x = dbits(r.choice(_D_INT_EDGES))
+        elif k < 0.55:                  # a few significant bits after the binary point
+            x = dbits(r.randint(-(1 << 40), 1 << 40) / 2.0 ** r.randint(0, 12))
+        return [x]
+    if dt != "f64":                                     # f64 -> integer (saturating)
+        return _lanewise(name, ["d"], [dc], body, gen_d,
+                         lambda a: [extend(_d_to_int(a, rnd, dt) & msk(TYPE_BITS[dt]), dt, dc)])
+    if rnd:                                             # f64 -> integral f64
+        def ref_r(a):
+            if d_is_nan(a):
+                return [a | D_QUIET]
+            if d_is_inf(a):
+                return [a]
+            v = _dround_int(a, rnd)
+            return [a & D_SIGN if v == 0 else dbits(float(v))]
+        return _lanewise(name, ["d"], ["d"], body, gen_d, ref_r)
+
+    # cvt.sat.f64.f64: clamp to [0, 1], NaN -> +0 (-0.0 left out, as for f32: not pinned down here)
+    def gen_s(r):
+        x = gen_d(r)[0]
+        if r.random() < 0.3:
+            x = dbits(r.random() * 1.5)
+        return [x if x != D_SIGN else dbits(0.5)]
+
+    def ref_s(a):
+        if d_is_nan(a):
+            return [0]
+        v = dval(a)
+        return [0 if v <= 0 else D_ONE if v >= 1 else a]
+    return _lanewise(name, ["d"], ["d"], body, gen_s, ref_s)
+
+
 def _space_of(mods):
     return next((m for m in mods if m in ("global", "shared", "local", "param")), "")
 
@@ -915,6 +1342,8 @@ def _atom_op(op, t, old, b, z):
         if t == "f32":      # PTX: atom.add.f32 flushes subnormal inputs and results to +-0
             with np.errstate(all="ignore"):
                 return _ftz(fbits(np.float32(fval(_ftz(old))) + np.float32(fval(_ftz(b)))))
+        if t == "f64":      # atom.add.f64: add.rn.f64 (subnormals kept, NaNs as _d_add)
+            return _d_add(old, b, "rn")
         return (old + b) & M
     if op in ("min", "max"):
         pick = min if op == "min" else max
@@ -944,6 +1373,8 @@ def build_atom(name, form):
             img[OFF // 8] &= ~msk(8 * size)      # old value 0 (inc/dec wrap cases)
         if t == "f32" and rng.random() < 0.5:
             img[OFF // 8] = (img[OFF // 8] & ~M32) | rand_f32(rng)
+        if t == "f64" and rng.random() < 0.7:
+            img[OFF // 8] = rand_f64(rng)
         old = int.from_bytes(_img_bytes(img)[OFF:OFF + size], "little")
         b = g(rng)
         k = rng.random()
@@ -1110,7 +1541,8 @@ for _kinds, _b in [(("iadd", "isub", "imin", "imax", "idiv", "irem", "imul", "im
                      "lop3", "shf"), build_bits),
                    (("setp", "selp", "slct", "mov"), build_select),
                    (("fbin", "fminmax", "ffma", "funary", "fbits", "copysign", "testp"), build_float),
-                   (("cvt",), build_cvt), (("cvta",), build_cvta), (("ld", "st"), build_ldst),
+                   (("dbin", "dfma", "dunary", "dminmax", "dbits", "dcopysign", "dtestp"), build_f64),
+                   (("cvt",), build_cvt), (("dcvt",), build_dcvt), (("cvta",), build_cvta), (("ld", "st"), build_ldst),
                    (("atom", "red"), build_atom), (("shfl", "vote", "match", "activemask", "warpsync"), build_warp),
                    (("bar", "nop", "bra", "exit"), build_control)]:
     for _k in _kinds:
@@ -1134,6 +1566,53 @@ def test_every_supported_form_runs_and_computes_its_reference(kind):
         except Exception as e:   # noqa: BLE001 - any exception (ExecutionError too) is a failure
             failures.append(f"{name}: {type(e).__name__}: {e}")
     assert failures == [], "\n".join(failures[:20])
+
+
+def test_binary64_reference_helpers_check_themselves():
+    """round_f64 (the f64 builders' reference) agrees with Python's correctly rounded floats in rn
+    and brackets the exact value in rz/rm/rp; the directed sqrt reference likewise."""
+    rng = random.Random(64)
+    finite = [b for b in D_EDGES if d_is_finite(b)]
+
+    def pick():
+        b = rng.choice(finite) if rng.random() < 0.3 else rand_f64(rng)
+        return b if d_is_finite(b) else pick()
+    for _ in range(600):
+        x, y = pick(), pick()
+        a, b = dval(x), dval(y)
+        exact = [(Fraction(a) + Fraction(b), a + b), (Fraction(a) * Fraction(b), a * b)]
+        if b:
+            exact.append((Fraction(a) / Fraction(b), a / b))
+        for q, want in exact:
+            if math.isfinite(want) and q:
+                assert round_f64(q, "rn") == dbits(want), (hex(x), hex(y))
+            if q == 0:
+                continue
+            for mode in ("rz", "rm", "rp"):
+                r = dval(round_f64(q, mode))
+                up = mode == "rp" or (mode == "rz" and q < 0)
+                if math.isinf(r):
+                    assert up == (q > 0) and abs(q) > Fraction(dval(D_MAX)), (mode, hex(x), hex(y))
+                    continue
+                nxt = math.nextafter(r, -math.inf if up else math.inf)
+                if up:
+                    assert Fraction(r) >= q and (math.isinf(nxt) or Fraction(nxt) < q), (mode, hex(x), hex(y))
+                else:
+                    assert Fraction(r) <= q and (math.isinf(nxt) or Fraction(nxt) > q), (mode, hex(x), hex(y))
+        v = abs(a)
+        if v:
+            lo, hi = dval(_d_sqrt(dbits(v), "rz")), dval(_d_sqrt(dbits(v), "rp"))
+            assert Fraction(lo) ** 2 <= Fraction(v) <= Fraction(hi) ** 2
+            assert hi == lo if Fraction(lo) ** 2 == Fraction(v) else hi == math.nextafter(lo, math.inf)
+    # ties to even, subnormal quanta, overflow by mode, signed zeros
+    assert round_f64(1 + Fraction(1, 2 ** 53), "rn") == D_ONE
+    assert round_f64(1 + Fraction(3, 2 ** 53), "rn") == D_ONE + 2
+    assert round_f64(Fraction(1, 2 ** 1075), "rn") == 0 and round_f64(-Fraction(3, 2 ** 1076), "rn") == D_SIGN | 1
+    assert round_f64(-Fraction(1, 2 ** 1080), "rm") == D_SIGN | 1 and round_f64(Fraction(1, 2 ** 1080), "rz") == 0
+    assert round_f64(TWO ** 1024, "rz") == D_MAX and round_f64(-TWO ** 1024, "rp") == D_MAX | D_SIGN
+    assert round_f64(-TWO ** 1024, "rm") == D_INF | D_SIGN and round_f64(TWO ** 1024 - TWO ** 970, "rn") == D_INF
+    assert round_f64(TWO ** 1024 - TWO ** 970 - 1, "rn") == D_MAX
+    assert _d_sub(D_ONE, D_ONE, "rm") == D_SIGN and _d_sub(D_ONE, D_ONE, "rz") == 0
 
 
 def test_fusion_candidates_are_warned_about():

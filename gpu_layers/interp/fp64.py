@@ -38,9 +38,9 @@ them with a real GPU. NOTE: the often-quoted "canonical" 0x7FFFFFFFFFFFFFFF is n
 sources above describe for f64 arithmetic.
 
 min/max: the non-NaN operand when exactly one is NaN, b's NaN (quieted) when both are, and -0.0
-orders below +0.0 (PTX ISA min/max). testp mirrors the f32 handler (decode._testp_fn): zero is not
-"normal", although the PTX ISA's testp text says "positive and negative zero are considered normal
-numbers"; neither is checked on a GPU yet, and f32 and f64 are kept consistent.
+orders below +0.0 (PTX ISA min/max). testp.normal follows the PTX ISA's testp text, "As a special
+case, positive and negative zero are considered normal numbers", like the f32 handler
+(decode._testp_fn): +-0 is normal; subnormals, infinities and NaNs are not.
 abs/neg of a NaN: passed through with the quiet bit set (a DADD with a negate/abs modifier, which is
 how ptxas is assumed to implement them); for a quiet NaN that is exactly "unchanged".
 """
@@ -383,7 +383,9 @@ def testp_fn(mode: str):
         if mode == "notanumber":
             return int(is_nan(x))
         if mode == "normal":
-            return int(e != 0 and e != EXP_MASK)
+            # PTX ISA, testp: "As a special case, positive and negative zero are considered
+            # normal numbers." (subnormals, inf and NaN are not normal)
+            return int((e != 0 and e != EXP_MASK) or (x & ~SIGN) == 0)
         if mode == "subnormal":
             return int(e == 0 and m != 0)
         raise ValueError(mode)
