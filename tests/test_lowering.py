@@ -94,3 +94,46 @@ def test_lowered_code_has_no_data_dependent_branches():
     body = "\tmul.lo.s32 \t%r3, %r50, %r100;\n\tmov.u32 \t%r4, 5;\n\tst.global.u32 \t[%rd9], %r4;\n"
     res = launch(_lowered(body), 1, 32, [np.zeros(32, np.int32)])
     assert res.buffers[0].tolist() == [5] * 32
+
+
+# ------------------------------------------------------------------------ the token protocol
+
+from gpu_layers.machine.protocol import decode_outputs, thread_instructions, trace_tokens  # noqa: E402
+
+PROTOCOL_CASES = ("vec_add_i32", "warp_reduce", "reduce_sum_i32", "divergence", "spin_lock_outside",
+                  "last_positive", "atomic_ops")
+
+
+@pytest.mark.parametrize("name", PROTOCOL_CASES)
+def test_outputs_decode_from_the_token_stream_alone(name):
+    case = next(c for c in _all_cases() if c.name == name)
+    kernel = module_for(case.ptx()).kernel(case.kernel)
+    mk = lower(kernel)
+    ref = _run(kernel, case)
+    outs = [i for i, a in enumerate(case.args) if a.is_buffer]
+
+    def args():
+        return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    tr = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, outputs=outs)
+    dec = decode_outputs(tr.tokens, {i: case.args[i].data for i in outs})
+    for i in outs:
+        assert dec[i].tobytes() == ref.buffers[i].tobytes(), (name, case.args[i].name)
+    # the stream is a function of the launch: the same tokens every time
+    again = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, outputs=outs)
+    assert again.tokens == tr.tokens
+    kinds = {t[0] for t in tr.tokens}
+    assert {"wi", "g", "dump", "halt"} <= kinds and tr.tokens[-1] == ("halt",)
+    assert all(0 <= t[1] < 1 << 16 for t in tr.tokens if t[0] == "d")
+    assert thread_instructions(kernel, case.grid, case.block, args()) > 0
+
+
+def test_group_tokens_follow_the_lane_count():
+    case = next(c for c in _all_cases() if c.name == "vec_add_i32")
+    mk = lower(module_for(case.ptx()).kernel(case.kernel))
+
+    def args():
+        return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    groups = {n: sum(t[0] == "g" for t in trace_tokens(mk, case.grid, case.block, args(), lanes=n).tokens)
+              for n in (1, 4, 32)}
+    steps = sum(t[0] == "wi" for t in trace_tokens(mk, case.grid, case.block, args(), lanes=32).tokens)
+    assert groups[32] == steps and groups[1] >= groups[4] >= groups[32]
