@@ -123,7 +123,8 @@ def test_outputs_decode_from_the_token_stream_alone(name):
     assert again.tokens == tr.tokens
     kinds = {t[0] for t in tr.tokens}
     assert {"wi", "g", "dump", "halt"} <= kinds and tr.tokens[-1] == ("halt",)
-    assert all(0 <= t[1] < 1 << 16 for t in tr.tokens if t[0] == "d")
+    assert all(0 <= t[1] < 4 and 0 <= t[2] < 8 and 0 < t[3] < 1 << 11 for t in tr.tokens if t[0] == "d")
+    assert all(0 <= t[1] < 1 << 16 for t in tr.tokens if t[0] == "x")
     assert thread_instructions(kernel, case.grid, case.block, args()) > 0
 
 

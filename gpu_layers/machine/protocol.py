@@ -3,23 +3,26 @@
 The machine runs machine code (gpu_layers.machine.lower) one lane group at a time: a warp-
 instruction of the reference interpreter (the cursor rule picks a warp and a PC) is issued to the
 groups of `lanes` consecutive lanes that hold an active thread, in lane order. Emitted tokens
-(docs/machine.md §3: every state change that depends on itself is carried by a token):
+(docs/protocol.md; docs/machine.md §2: every state change that depends on itself is carried by a
+token, so each token names what it carries):
 
     <blk B>            block B starts (blocks run in order)
     <wi W P>           warp W issues the instruction at machine PC P
     <g K E V U>        lane group K of that issue: E = lanes that executed it (guard true; for a
                        branch: taken), V = their predicate results when the destination is a
                        predicate, U = lanes whose write-back is undefined (poison); 4 bits each
-    <d X>              16 bits of write-back data: the executed lanes' destination registers in
-                       lane order, each at its width, packed low bits first, the last chunk of a
-                       group padded with zeros (predicate results travel in V instead)
-    <dump N>           output buffer N follows, as <d X> chunks of its bytes (little-endian)
+    <d J C X>          write-back data: chunk C (PAYLOAD bits, low chunk first) of the destination
+                       register(s) of lane J of the group; chunks that are 0 are not sent (a
+                       register's chunks not sent are 0), so small values cost fewer tokens
+    <dump N>           output buffer N follows, as <x X> tokens of its 16-bit words in order
+    <x X>              16 bits of a dumped buffer
     <halt>             the launch is over
 
 `trace_tokens` runs a lowered kernel on the reference interpreter and returns this stream with the
 buffers; `decode_outputs` reads the output buffers back from the stream alone. Counting: tokens
-per thread-instruction divides the stream length by the thread-instructions of the *original*
-kernel (threads active at each of its warp-instructions), the speed metric of issue 7.
+per thread-instruction divides the stream length (the dump excluded: it is the same for any
+machine) by the thread-instructions of the *original* kernel (threads active at each of its
+warp-instructions), the speed metric of issue 7.
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ import numpy as np
 
 from gpu_layers.interp.machine import launch
 
-CHUNK = 16
+CHUNK = 16            # bits of a dumped word
+PAYLOAD = 11          # bits of write-back data per <d> token (2 lane + 3 chunk + 11 = 16 bits)
 
 
 @dataclass
@@ -80,12 +84,13 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                 continue
             state["issues"] += 1
             e = v = u = 0
-            bits = []
+            data = []
             for l in group:
                 if l not in done_set:
                     continue
                 j = l - k * lanes
                 e |= 1 << j
+                bits = []
                 for c, w in dcols:
                     x = R[c][l]
                     if x is None:
@@ -95,8 +100,9 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                         v |= (x & 1) << j
                     else:
                         bits.append((x, w))
+                data += [("d", j, ci, x) for ci, x in enumerate(_chunks(bits, PAYLOAD)) if x]
             toks.append(("g", k, e & gmask, v, u))
-            toks.extend(("d", x) for x in _chunks(bits))
+            toks.extend(data)
 
     res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
                  step_budget=step_budget, observer=observe)
@@ -106,22 +112,22 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             continue
         toks.append(("dump", i))
         data = buf.tobytes()
-        toks.extend(("d", x) for x in _chunks([(b, 8) for b in data]))
+        toks.extend(("x", x) for x in _chunks([(b, 8) for b in data], CHUNK))
     toks.append(("halt",))
     return Trace(toks, res.buffers, res.steps, state["issues"])
 
 
-def _chunks(bits):
-    """(value, width) fields packed low bits first into CHUNK-bit words (last one zero-padded)."""
+def _chunks(bits, size):
+    """(value, width) fields packed low bits first into `size`-bit words (last one zero-padded)."""
     acc = n = 0
     out = []
     for x, w in bits:
         acc |= (x & ((1 << w) - 1)) << n
         n += w
-        while n >= CHUNK:
-            out.append(acc & ((1 << CHUNK) - 1))
-            acc >>= CHUNK
-            n -= CHUNK
+        while n >= size:
+            out.append(acc & ((1 << size) - 1))
+            acc >>= size
+            n -= size
     if n:
         out.append(acc)
     return out
@@ -147,7 +153,7 @@ def decode_outputs(tokens, like) -> dict:
         elif t[0] == "halt":
             close()
             cur = None
-        elif cur is not None and t[0] == "d":
+        elif cur is not None and t[0] == "x":
             words.append(t[1])
     return out
 
