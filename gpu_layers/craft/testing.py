@@ -62,25 +62,6 @@ def compare_outputs(comp: Compiled, hidden: np.ndarray, expected: dict[str, np.n
     return res
 
 
-def check_block(comp: Compiled, block, N: int, rng, B: int = 50, dtype=torch.float32,
-                paths=("prefill", "decode"), values=None):
-    """Drive one combinational block on N random inputs (B sequences of N/B tokens); returns
-    {path: {output field: (wrong, margin failures)}} and the number of inputs."""
-    values = dict(values or {})
-    for f in comp.circuit.inputs:            # every token carries every input field (the norm needs it)
-        if f.name not in values:
-            values[f.name] = random_values(f, rng, N)
-    N = len(next(iter(values.values())))
-    X = encode_rows(comp, values).reshape(B, N // B, -1)
-    hid = run_paths(comp, X, dtype, paths)
-    exp = {f.name: np.zeros(N, dtype=np.int64) for f in block.outputs}
-    for k in range(N):
-        r = block.ref({n: int(v[k]) for n, v in values.items()})
-        for n, v in r.items():
-            exp[n][k] = v
-    return {p: compare_outputs(comp, h, exp) for p, h in hid.items()}, N
-
-
 def expected_outputs(blocks, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run every block's Python reference on every row."""
     N = len(next(iter(values.values())))
