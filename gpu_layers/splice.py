@@ -18,9 +18,14 @@ Layout of the spliced model (hidden size H' = H + W):
   original (gain rescaling alone leaves the shared eps acting as eps * H'/n). Measured on the tiny
   host, fp32, 384 tokens, mean KL (rescale_gains -> scale_residual): W=32: 1.8e-11 -> 1.5e-11;
   compiler demo W=799: 3.7e-10 -> 1.7e-11; host with embedding rms 0.02 (real-model-like small
-  residual) and W=799: 2.4e-5 -> 8.1e-13. In bf16 both are at the bf16 noise floor (3e-3..5e-3 on
-  the tiny host, 2e-5..5e-5 with the small-embedding host). Rows fed as inputs_embeds must carry the
-  same scale: SpliceInfo.machine_residual_scale / host_residual_scale.
+  residual) and W=799: 2.4e-5 -> 8.1e-13; the "tiny-small-residual" host (whole residual x 0.05,
+  rms 0.05-0.08), W=799, 256 tokens: 5.1e-5 -> 1.7e-11. In bf16 both are at the bf16 noise floor
+  (3e-3..5e-3 on the tiny host, 2e-5..5e-5 with the small-embedding host). Rows fed as
+  inputs_embeds must carry the same scale: SpliceInfo.machine_residual_scale / host_residual_scale.
+* KL tool (save, reload with stock transformers, measure; `python -m gpu_layers kl`, 2048 tokens
+  of Python source, regfile demo W=799): tiny host fp32 mean 1.6e-11 / max 3.5e-10, bf16 5.2e-3 /
+  7.2e-2; tiny-small-residual fp32 1.7e-11 / 6.7e-10, bf16 4.5e-3 / 0.32; machine-token mass
+  exactly 0 in all four. The bf16 floor for comparison, KL(fp32 host || bf16 host): 2.5e-3 on both.
 * vocabulary: host ids 0..V_host-1 unchanged; machine token k gets id V_host + k. Embedding rows:
   host rows zero on machine dims, machine rows zero on host dims.
 * text flag: 2 * H MLP neurons, a pair per host dim i, gate = up = +x_i and gate = up = -x_i, so
@@ -33,9 +38,19 @@ Layout of the spliced model (hidden size H' = H + W):
 * LM head: untied (see below). Host rows = the host's LM head on host dims. Machine rows = the
   machine's unembed on machine dims and `-suppression` on the flag dim; the final norm's gain on
   the flag dim is 1/flag_value, so on ordinary text every machine logit is about
-  -suppression / rms(final residual) (~-1e5 by default): machine-token probability underflows to
-  exactly 0 in fp32, while on machine tokens the flag is exactly 0 and the machine logits are the
-  machine's own.
+  -suppression / rms(final residual), while on machine tokens the flag is exactly 0 and the machine
+  logits are the machine's own.
+* the flag's size is derived from the host's residual measured on calibration text
+  (measure_residual, size_text_flag, whose docstring has the derivation): flag_value = 2^-15 of
+  the smallest host residual norm met at any whole-vector RMSNorm (so the flag moves no host norm
+  by more than 2^-31), suppression large enough that every machine logit on text sits more than
+  104 below the top host logit (exp underflows to exactly 0 in fp32) for final residuals up to
+  100x the largest measured. The tiny host: flag 7.4e-4, suppression 5.1e4; its small-residual
+  variant (rms ~0.05): flag 3.7e-5, suppression 2.6e3. A fixed flag of 1e-3 / suppression of 1e5
+  leaks on a host whose final residual rms is ~5e3 (tests/test_splice.py).
+* every value is rounded once to the spliced dtype: scaled weights are formed in float64 and
+  rounded once (`_place`); copying to bf16 and scaling in bf16 rounded twice (12% of the demo
+  machine's nonzero writer weights came out one bf16 step off before this was fixed).
 
 Tied embeddings: Qwen3.5-2B ties its LM head to the embedding. A machine token's input row (its
 fields) and output row (unembed + flag weight) differ, so the spliced checkpoint is untied
@@ -77,7 +92,7 @@ import torch
 
 from gpu_layers.craft.compiled import LAYER_KEYS, CompiledMachine
 from gpu_layers.errors import QwenGPUError
-from gpu_layers.hosts import _fresh_rotary, empty_model
+from gpu_layers.hosts import calibration_ids, fresh_rotary
 
 SPLICE_JSON = "qwengpu_splice.json"
 
@@ -109,11 +124,8 @@ class SpliceInfo:
     norm_mode: str = "scale_residual"
     host_residual_scale: float = 1.0      # host part of the residual = original residual x this
     machine_residual_scale: float = 1.0   # machine part = machine-only residual x this
+    residual: dict | None = None          # the host's measured residual (ResidualStats) the flag was sized from
     token_names: list[str] = field(default_factory=list)
-
-    @property
-    def machine_offset(self) -> int:
-        return self.host_hidden
 
     @property
     def first_compiled_layer(self) -> int:
@@ -206,12 +218,123 @@ def free_neurons(layer: dict[str, torch.Tensor]) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Building
+# The text flag's size, from the host's measured residual
+# ---------------------------------------------------------------------------------------------
+
+FP32_EXP_UNDERFLOW = 150 * math.log(2)  # exp(x) rounds to exactly 0 in fp32 (and bf16) for x < -103.97
+FLAG_EPSILON = 2.0 ** -30               # the flag's share of the smallest host sum of squares at a norm
+SUPPRESSION_SAFETY = 100.0              # final residual rms, unseen text vs the calibration text
+
+
+@dataclass
+class ResidualStats:
+    """The host's residual, measured on calibration text (original host, no splice)."""
+
+    min_rms: float        # smallest rms over H of the input of any whole-vector RMSNorm, any position
+    max_final_rms: float  # largest rms over H of the final norm's input, any position
+    logit_bound: float    # |host logit| <= this for every input (Cauchy-Schwarz, text independent)
+    positions: int
+
+
+@torch.no_grad()
+def measure_residual(host_model, ids) -> ResidualStats:
+    """Run the host on `ids` (1-D host token ids) and record the rms over the H host dims of the
+    input of every whole-vector RMSNorm (each layer's input_layernorm and post_attention_layernorm,
+    and the final norm) at every position.
+
+    logit_bound: the final norm's output h has h_i = x_i / rms(x) * (1 + w_i), so
+    |h| <= sqrt(H) * max_i |1 + w_i|, and every logit W_j . h is bounded by |W_j| |h| <=
+    sqrt(H) * max_i |1 + w_i| * max_j |W_j| (W: the LM head), whatever the text.
+    """
+    ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+    if ids.numel() < 1 or int(ids.max()) >= host_model.config.vocab_size or int(ids.min()) < 0:
+        raise SpliceError("calibration ids must be a non-empty sequence of host token ids")
+    rms = {"inner": [], "final": []}
+    hooks = []
+
+    def record(kind):
+        return lambda mod, args: rms[kind].append(args[0].double().pow(2).mean(-1).sqrt().flatten())
+
+    for layer in host_model.model.layers:
+        hooks.append(layer.input_layernorm.register_forward_pre_hook(record("inner")))
+        hooks.append(layer.post_attention_layernorm.register_forward_pre_hook(record("inner")))
+    hooks.append(host_model.model.norm.register_forward_pre_hook(record("final")))
+    try:
+        host_model.model(input_ids=ids[None], use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    final = torch.cat(rms["final"])
+    inner = torch.cat(rms["inner"] + [final])
+    H = host_model.config.hidden_size
+    W = host_model.lm_head.weight
+    row_norm = max(float(W[a:a + 8192].double().norm(dim=1).max()) for a in range(0, W.shape[0], 8192))
+    gain = float((1.0 + host_model.model.norm.weight.double()).abs().max())
+    return ResidualStats(min_rms=float(inner.min()), max_final_rms=float(final.max()),
+                         logit_bound=math.sqrt(H) * gain * row_norm, positions=int(ids.numel()))
+
+
+def size_text_flag(stats: ResidualStats, host_hidden: int, spliced_hidden: int, eps: float,
+                   norm_mode: str = "scale_residual") -> tuple[float, float]:
+    """(flag_value f, suppression S) for a host whose residual is `stats`.
+
+    Notation: H host dims, H' = H + W spliced dims, r the original host's residual rms over H at a
+    norm's input, eps the shared rms_norm_eps. In the spliced model the host part of the residual
+    is the original times s_h (sqrt(H'/H) with norm_mode "scale_residual", 1 with
+    "rescale_gains"), so its sum of squares is k^2 r^2 with k^2 = s_h^2 H (= H', or H).
+
+    1. The flag must not move the host: after the flag layer, every whole-vector RMSNorm of an
+       ordinary token sees the flag f in its mean of squares, a relative change
+       f^2 / (k^2 r^2). f = k * min_rms * 2^-15 keeps it <= FLAG_EPSILON = 2^-30 at the smallest
+       measured norm input, so each norm's scale moves by <= 2^-31, far below half an fp32 ulp
+       (2^-24) and of bf16's (2^-8).
+    2. The flag actually written: the flag MLP sums xhat_i^2 over the host dims of the normalised
+       vector, H' k^2 r0^2 / (k^2 r0^2 + H' eps), times f / H'; so it is f * rho with
+       rho = k^2 r0^2 / (k^2 r0^2 + H' eps) (r0: rms at the flag layer, >= min_rms).
+    3. On ordinary text a machine logit is -S times the final norm's flag output:
+       -S * (f rho) * (1 / f) / sqrt((k^2 r_f^2 + (f rho)^2) / H' + eps)  (the final norm's gain on
+       the flag dim is 1/f; r_f: the final norm's input rms). Every host logit is >= -L
+       (L = logit_bound), so a machine logit <= -(L + 104) puts every machine token below the
+       largest logit by more than 104 and exp underflows to exactly 0 in fp32 (FP32_EXP_UNDERFLOW):
+       machine-token probability exactly 0.
+       S = SUPPRESSION_SAFETY * (L + 104) * sqrt((k^2 max_final_rms^2 + f^2) / H' + eps) / rho_min,
+       valid for any text whose final residual rms is up to SUPPRESSION_SAFETY times the
+       calibration's largest.
+    """
+    H, Hp = host_hidden, spliced_hidden
+    k2 = float(Hp) if norm_mode == "scale_residual" else float(H)
+    r = stats.min_rms
+    if not r > 0:
+        raise SpliceError(f"the host's residual rms is {r} at some norm: cannot size the text flag")
+    f = math.sqrt(k2) * r * math.sqrt(FLAG_EPSILON)
+    rho = k2 * r * r / (k2 * r * r + Hp * eps)
+    rf = stats.max_final_rms
+    final_scale = math.sqrt((k2 * rf * rf + f * f) / Hp + eps)
+    S = SUPPRESSION_SAFETY * (stats.logit_bound + FP32_EXP_UNDERFLOW) * final_scale / rho
+    return f, S
+
+
+# ---------------------------------------------------------------------------------------------
+# Building: a short pipeline of named passes
 # ---------------------------------------------------------------------------------------------
 
 def _rescaled(w: torch.Tensor, n_from: int, n_to: int) -> torch.Tensor:
     """Zero-centred RMSNorm gains for a vector stored for width n_from, used in a width n_to residual."""
     return ((1.0 + w.double()) * math.sqrt(n_from / n_to) - 1.0)
+
+
+def _place(dst: torch.Tensor, src: torch.Tensor, scale: float = 1.0) -> None:
+    """dst = src * scale, rounded ONCE to dst's dtype (the product is formed in float64), in
+    row chunks so that no full-size temporary exists (the 2B embedding is 1 GB in bf16)."""
+    if scale == 1.0:
+        dst.copy_(src)
+        return
+    if dst.dim() == 0:
+        dst.copy_(src.double() * scale)
+        return
+    step = max(1, (1 << 22) // max(1, dst[0].numel()))
+    for a in range(0, dst.shape[0], step):
+        dst[a:a + step].copy_(src[a:a + step].double().mul_(scale))
 
 
 def spliced_config(host_cfg, machine: CompiledMachine, n_prefix: int):
@@ -224,17 +347,227 @@ def spliced_config(host_cfg, machine: CompiledMachine, n_prefix: int):
     return cfg
 
 
+@dataclass
+class SplicePlan:
+    """Every size and choice of one splice, decided (and validated) before any tensor is written."""
+
+    H: int                      # host hidden
+    W: int                      # machine width
+    Vh: int                     # host vocabulary
+    fd: int                     # absolute residual index of the text flag
+    dtype: torch.dtype
+    n_lead: int                 # leading flag layers of our own (0: the flag is in compiled layer 0)
+    n_compiled: int
+    flag_neurons: list[int]     # compiled layer 0's free neurons, when the flag lives there
+    s_h: float                  # residual scale of the host part
+    s_m: float                  # residual scale of the machine part
+    flag_value: float
+    suppression: float
+    residual: ResidualStats | None
+    norm_mode: str
+    free_host: bool
+
+    @property
+    def Hp(self) -> int:
+        return self.H + self.W
+
+    @property
+    def n_prefix(self) -> int:  # layers before the host's
+        return self.n_lead + self.n_compiled
+
+    def gains(self, w, n):      # RMSNorm over H' of (s x) = s * RMSNorm over n of x: gains carry 1/s
+        return _rescaled(w, n, self.Hp).to(self.dtype)
+
+
+def plan_splice(host_model, machine: CompiledMachine, *, flag_value, suppression, calibration,
+                flag_layer, dtype, free_host, norm_mode) -> SplicePlan:
+    """Validate the options and the machine against the host; place the text flag; size it from
+    the host's measured residual (size_text_flag) unless both values are given."""
+    if norm_mode not in ("scale_residual", "rescale_gains"):
+        raise SpliceError(f"norm_mode must be scale_residual or rescale_gains, not {norm_mode!r}")
+    if flag_layer not in ("auto", "leading", "compiled"):
+        raise SpliceError(f"flag_layer must be auto, leading or compiled, not {flag_layer!r}")
+    hcfg = host_model.config
+    check_machine(machine, hcfg)
+    H, W = hcfg.hidden_size, machine.width
+    Hp = H + W
+    free = free_neurons(machine.layers[0]) if machine.layers else []
+    in_compiled = flag_layer != "leading" and len(free) >= 2 * H
+    if flag_layer == "compiled" and not in_compiled:
+        raise SpliceError(f"compiled layer 0 has {len(free)} free MLP neurons, the text flag needs {2 * H}")
+    residual = None
+    if flag_value is None or suppression is None:
+        ids = calibration_ids(hcfg.vocab_size) if calibration is None else calibration
+        residual = measure_residual(host_model, ids)
+        f, S = size_text_flag(residual, H, Hp, hcfg.rms_norm_eps, norm_mode)
+        flag_value = f if flag_value is None else flag_value
+        suppression = S if suppression is None else suppression
+    if not flag_value > 0:
+        raise SpliceError(f"flag_value must be > 0, got {flag_value}")
+    scale = norm_mode == "scale_residual"
+    return SplicePlan(H=H, W=W, Vh=hcfg.vocab_size, fd=H + machine.text_flag_dim,
+                      dtype=dtype or host_model.model.embed_tokens.weight.dtype,
+                      n_lead=0 if in_compiled else -(-2 * H // hcfg.intermediate_size), n_compiled=len(machine.layers),
+                      flag_neurons=free if in_compiled else [], s_h=math.sqrt(Hp / H) if scale else 1.0,
+                      s_m=math.sqrt(Hp / W) if scale else 1.0, flag_value=float(flag_value),
+                      suppression=float(suppression), residual=residual, norm_mode=norm_mode, free_host=free_host)
+
+
+def _materialize(module):
+    module.to_empty(device="cpu")
+    for p in module.parameters():
+        p.zero_()
+    return module
+
+
+def build_meta_model(host_cfg, machine: CompiledMachine, plan: SplicePlan):
+    """The spliced Qwen3_5ForCausalLM on the meta device: the next passes materialise it part by
+    part, host-derived parts first, so that with free_host each host tensor is released as soon as
+    its padded copy exists (the peak stays near the spliced model's own size)."""
+    from transformers import Qwen3_5ForCausalLM
+
+    cfg = spliced_config(host_cfg, machine, plan.n_prefix)
+    with torch.device("meta"):
+        model = Qwen3_5ForCausalLM(cfg)
+    return model.to(plan.dtype)
+
+
+def place_host_layers(model, host_model, plan: SplicePlan) -> None:
+    """Host layers after the prefix: reads padded with zeros, writers scaled by s_h, norm gains
+    rescaled on host dims and -1 (gain 0) on machine dims."""
+    H = plan.H
+    for i, hl in enumerate(host_model.model.layers):
+        dst = dict(_materialize(model.model.layers[plan.n_prefix + i]).named_parameters())
+        for k, src in hl.named_parameters():
+            p = dst[k]
+            if k in _NORMS:
+                p[:H] = plan.gains(src, H)
+                p[H:] = -1.0
+            elif k in _READS:
+                _place(p[:, :H], src)
+            elif k in _WRITES:
+                _place(p[:H], src, plan.s_h)
+            else:
+                _place(p, src)
+        if plan.free_host:
+            _release(hl)
+
+
+def place_vocabulary(model, host_model, machine: CompiledMachine, plan: SplicePlan) -> None:
+    """LM head (untied), embedding, final norm. The LM head first: with a tied host its rows are the
+    embedding, which is then released before the (scaled) spliced embedding is made from the LM
+    head's copy. Machine LM-head rows weigh the flag dim -suppression; the final norm's gain on the
+    flag dim is 1/flag_value."""
+    H, Vh, M, fd = plan.H, plan.Vh, slice(plan.H, plan.Hp), plan.fd
+    lm = _materialize(model.lm_head).weight
+    _place(lm[:Vh, :H], host_model.lm_head.weight)
+    host_emb = host_model.model.embed_tokens.weight
+    if plan.free_host and host_emb is host_model.lm_head.weight and host_emb.dtype == plan.dtype:
+        # tied, and the LM head's rows are an exact copy of the embedding: release it first
+        _release(host_model.model.embed_tokens)
+        host_emb = lm[:Vh, :H]
+    emb = _materialize(model.model.embed_tokens).weight
+    _place(emb[:Vh, :H], host_emb, plan.s_h)
+    if plan.free_host:
+        _release(host_model.model.embed_tokens)
+    _place(emb[Vh:, M], machine.embed, plan.s_m)
+    _place(lm[Vh:, M], machine.unembed)
+    lm[Vh:, fd] = -plan.suppression
+    fn = _materialize(model.model.norm).weight
+    fn[:H] = plan.gains(host_model.model.norm.weight, H)
+    fn[M] = plan.gains(machine.final_norm, plan.W)
+    fn[fd] = 1.0 / plan.flag_value - 1.0
+    if plan.free_host:
+        _release(host_model)
+
+
+def place_compiled_layers(model, machine: CompiledMachine, plan: SplicePlan) -> None:
+    """Compiled layers after the leading flag layers, on the machine dims only: reads as stored,
+    writers scaled by s_m, norm gains rescaled from width W to H' (-1 on host dims). Every value is
+    rounded once to the spliced dtype (_place)."""
+    H, W, M = plan.H, plan.W, slice(plan.H, plan.Hp)
+    for j, layer in enumerate(machine.layers):
+        params = dict(_materialize(model.model.layers[plan.n_lead + j]).named_parameters())
+        for k in LAYER_KEYS:
+            src, p = layer[k], params[k]
+            if k in _NORMS:
+                p[:H] = -1.0
+                p[M] = plan.gains(src, W)
+            elif k in _READS:
+                _place(p[:, M], src)
+            elif k in _WRITES:
+                _place(p[M], src, plan.s_m)
+            else:
+                _place(p, src)
+
+
+def write_text_flag(model, plan: SplicePlan) -> None:
+    """2H MLP neurons, a pair per host dim i (gate = up = +x_i and -x_i), each writing
+    flag_value / H' into the flag dim: silu(v) v + silu(-v)(-v) = v^2, so the flag is ~flag_value
+    on an ordinary token and exactly 0 on a machine token. In compiled layer 0's free neurons, or
+    in leading layers of our own (mixer off, I/2 host dims per layer)."""
+    H, I, fd = plan.H, model.config.intermediate_size, plan.fd
+    d = plan.flag_value / plan.Hp  # sum over host dims of xhat_i^2 is ~H' on ordinary tokens
+    if plan.n_lead:
+        per = I // 2
+        groups = [(model.model.layers[k], list(range(2 * per)), range(k * per, min(H, (k + 1) * per)))
+                  for k in range(plan.n_lead)]
+        for lead, _, _ in groups:
+            _materialize(lead)
+            lead.input_layernorm.weight.fill_(-1.0)
+            lead.post_attention_layernorm.weight.fill_(-1.0)
+            lead.linear_attn.norm.weight.fill_(1.0)
+    else:
+        groups = [(model.model.layers[0], plan.flag_neurons, range(H))]
+    for layer, neurons, dims in groups:
+        layer.post_attention_layernorm.weight[:H] = 0.0  # gain 1 on host dims for the flag MLP
+        mlp = layer.mlp
+        for n, i in enumerate(dims):
+            a, b = neurons[2 * n], neurons[2 * n + 1]
+            mlp.gate_proj.weight[a, i] = 1.0
+            mlp.up_proj.weight[a, i] = 1.0
+            mlp.gate_proj.weight[b, i] = -1.0
+            mlp.up_proj.weight[b, i] = -1.0
+            mlp.down_proj.weight[fd, a] = d
+            mlp.down_proj.weight[fd, b] = d
+
+
+def finish(model, machine: CompiledMachine, plan: SplicePlan):
+    """Rotary buffers, a check that every parameter was written, the SpliceInfo."""
+    fresh_rotary(model)
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    assert not left, f"splice left parameters unset: {left[:5]}"
+    n_c = plan.n_compiled
+    loc = "compiled_layer_0" if not plan.n_lead else ("leading_layer" if plan.n_lead == 1 else "leading_layers")
+    info = SpliceInfo(host_hidden=plan.H, machine_width=plan.W, host_vocab=plan.Vh, machine_vocab=machine.vocab_size,
+                      text_flag_dim=plan.fd, n_prefix_layers=plan.n_prefix, n_compiled_layers=n_c,
+                      flag_location=loc, flag_value=plan.flag_value, suppression=plan.suppression,
+                      norm_mode=plan.norm_mode, host_residual_scale=plan.s_h, machine_residual_scale=plan.s_m,
+                      residual=asdict(plan.residual) if plan.residual else None,
+                      token_names=list(machine.token_names))
+    model.splice_info = info
+    model.config.qwengpu = info.summary()
+    return model.eval()
+
+
 @torch.no_grad()
-def splice(host_model, machine: CompiledMachine, *, flag_value: float = 1e-3, suppression: float = 1e5,
-           flag_layer: str = "auto", dtype=None, free_host: bool = False, norm_mode: str = "scale_residual"):
+def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = None,
+           suppression: float | None = None, calibration_ids=None, flag_layer: str = "auto", dtype=None,
+           free_host: bool = False, norm_mode: str = "scale_residual"):
     """Host + machine -> one Qwen3_5ForCausalLM (stock class). Returns the model; `model.splice_info`
     (a SpliceInfo, also stored in `model.config.qwengpu`) maps machine token names to ids.
 
+    Passes: plan_splice (validate, place and size the text flag) -> build_meta_model ->
+    place_host_layers -> place_vocabulary -> place_compiled_layers -> write_text_flag -> finish.
+
+    flag_value, suppression: the text flag's size; by default derived from the host's residual
+    measured on `calibration_ids` (host token ids; default: gpu_layers.hosts.calibration_ids) by
+    size_text_flag, so machine-token probability is exactly 0 in fp32 on ordinary text of any host.
     flag_layer: "auto" (compiled layer 0's free neurons when it has 2H of them, else a leading
     layer), "leading" (always an extra leading layer), "compiled" (require compiled layer 0).
-    dtype: of the spliced model (default: the host's). free_host: release each host tensor as soon
-    as it is copied (the host model is unusable afterwards), so the peak stays near the spliced
-    model's own size instead of host + spliced.
+    dtype: of the spliced model (default: the host's); every weight is rounded to it once.
+    free_host: release each host tensor as soon as it is copied (the host model is unusable
+    afterwards), so the peak stays near the spliced model's own size instead of host + spliced.
     norm_mode: how whole-vector RMSNorms over H' reproduce the norms over n = H (host) or W
     (machine). Both set gains (1 + w) sqrt(n / H') - 1. "scale_residual" (default) also multiplies
     that part of the residual by s = sqrt(H'/n): embedding rows and every writer (o_proj, out_proj,
@@ -244,143 +577,15 @@ def splice(host_model, machine: CompiledMachine, *, flag_value: float = 1e-3, su
     then acts as eps * H'/n, a relative error eps (H'/n - 1) / (2 mean(x^2)) per norm that grows
     with the machine's width and for hosts with a small residual (measured in the module doc).
     """
-    if norm_mode not in ("scale_residual", "rescale_gains"):
-        raise SpliceError(f"norm_mode must be scale_residual or rescale_gains, not {norm_mode!r}")
-    hcfg = host_model.config
-    check_machine(machine, hcfg)
-    H, W = hcfg.hidden_size, machine.width
-    Hp = H + W
-    Vh, Vm = hcfg.vocab_size, machine.vocab_size
-    dtype = dtype or host_model.model.embed_tokens.weight.dtype
-    n_c = len(machine.layers)
-    if flag_layer not in ("auto", "leading", "compiled"):
-        raise SpliceError(f"flag_layer must be auto, leading or compiled, not {flag_layer!r}")
-    free = free_neurons(machine.layers[0]) if n_c else []
-    in_compiled = flag_layer != "leading" and len(free) >= 2 * H
-    if flag_layer == "compiled" and not in_compiled:
-        raise SpliceError(f"compiled layer 0 has {len(free)} free MLP neurons, the text flag needs {2 * H}")
-    I = hcfg.intermediate_size
-    n_lead = 0 if in_compiled else -(-2 * H // I)  # leading flag layers: 2H neurons, I per layer
-    n_prefix = n_lead + n_c
-    cfg = spliced_config(hcfg, machine, n_prefix)
-    # Built on the meta device and materialised part by part, host-derived parts first, so that
-    # with free_host=True each host tensor is released as soon as its padded copy exists: the peak
-    # stays near the spliced model's own size instead of host + spliced.
-    from transformers import Qwen3_5ForCausalLM
-
-    with torch.device("meta"):
-        model = Qwen3_5ForCausalLM(cfg)
-    model = model.to(dtype)
-
-    def materialize(module):
-        module.to_empty(device="cpu")
-        for p in module.parameters():
-            p.zero_()
-        return module
-
-    fd = H + machine.text_flag_dim
-    M = slice(H, Hp)
-    scale = norm_mode == "scale_residual"
-    s_h = math.sqrt(Hp / H) if scale else 1.0   # residual scale of the host part
-    s_m = math.sqrt(Hp / W) if scale else 1.0   # and of the machine part
-
-    def gains(w, n):  # RMSNorm over H' of (s x) = s * RMSNorm over n of x: gains carry 1/s
-        return _rescaled(w, n, Hp).to(dtype)
-
-    def put_scaled(dst, src, k):  # in place: no full-size temporaries (the 2B embedding is 1 GB)
-        dst.copy_(src)
-        if k != 1.0:
-            dst.mul_(k)
-
-    # -- host layers -----------------------------------------------------------------------------
-    for i, hl in enumerate(host_model.model.layers):
-        dst = dict(materialize(model.model.layers[n_prefix + i]).named_parameters())
-        for k, src in hl.named_parameters():
-            p = dst[k]
-            if k in _NORMS:
-                p[:H] = gains(src, H)
-                p[H:] = -1.0
-            elif k in _READS:
-                p[:, :H] = src
-            elif k in _WRITES:
-                put_scaled(p[:H], src, s_h)
-            else:
-                p.copy_(src)
-        if free_host:
-            _release(hl)
-
-    # -- embeddings, final norm, LM head -----------------------------------------------------------
-    # LM head first: with a tied host its rows are the embedding, which is then released before
-    # the (scaled) spliced embedding is materialised from the LM head's copy.
-    lm = materialize(model.lm_head).weight
-    lm[:Vh, :H] = host_model.lm_head.weight
-    tied = host_model.lm_head.weight is host_model.model.embed_tokens.weight
-    if free_host and tied:
-        _release(host_model.model.embed_tokens)
-    emb = materialize(model.model.embed_tokens).weight
-    put_scaled(emb[:Vh, :H], lm[:Vh, :H] if tied else host_model.model.embed_tokens.weight, s_h)
-    if free_host and not tied:
-        _release(host_model.model.embed_tokens)
-    put_scaled(emb[Vh:, M], machine.embed, s_m)
-    lm[Vh:, M] = machine.unembed.to(dtype)
-    lm[Vh:, fd] = -suppression
-    fn = materialize(model.model.norm).weight
-    fn[:H] = gains(host_model.model.norm.weight, H)
-    fn[M] = gains(machine.final_norm, W)
-    fn[fd] = 1.0 / flag_value - 1.0
-    if free_host:
-        _release(host_model)
-
-    # -- compiled layers ------------------------------------------------------------------------
-    for j, layer in enumerate(machine.layers):
-        params = dict(materialize(model.model.layers[n_lead + j]).named_parameters())
-        for k in LAYER_KEYS:
-            src, p = layer[k].to(torch.float64), params[k]
-            if k in _NORMS:
-                p[:H] = -1.0
-                p[M] = gains(layer[k], W)
-            elif k in _READS:
-                p[:, M] = src.to(dtype)
-            elif k in _WRITES:
-                put_scaled(p[M], src, s_m)
-            else:
-                p.copy_(src.to(dtype))
-    # -- text flag --------------------------------------------------------------------------------
-    d = flag_value / Hp  # sum over host dims of xhat_i^2 is ~H' on ordinary tokens
-    if n_lead:
-        per = I // 2                       # host dims handled per leading layer
-        groups = [(model.model.layers[k], list(range(2 * per)), range(k * per, min(H, (k + 1) * per)))
-                  for k in range(n_lead)]
-        for lead, _, _ in groups:
-            materialize(lead)
-            lead.input_layernorm.weight.fill_(-1.0)
-            lead.post_attention_layernorm.weight.fill_(-1.0)
-            lead.linear_attn.norm.weight.fill_(1.0)
-    else:
-        groups = [(model.model.layers[0], free, range(H))]
-    for flag_layer_mod, neurons, dims in groups:
-        flag_layer_mod.post_attention_layernorm.weight[:H] = 0.0  # gain 1 on host dims for the flag MLP
-        mlp = flag_layer_mod.mlp
-        for n, i in enumerate(dims):
-            a, b = neurons[2 * n], neurons[2 * n + 1]
-            mlp.gate_proj.weight[a, i] = 1.0
-            mlp.up_proj.weight[a, i] = 1.0
-            mlp.gate_proj.weight[b, i] = -1.0
-            mlp.up_proj.weight[b, i] = -1.0
-            mlp.down_proj.weight[fd, a] = d
-            mlp.down_proj.weight[fd, b] = d
-    _fresh_rotary(model)
-    left = [n for n, p in model.named_parameters() if p.is_meta]
-    assert not left, f"splice left parameters unset: {left[:5]}"
-
-    info = SpliceInfo(host_hidden=H, machine_width=W, host_vocab=Vh, machine_vocab=Vm, text_flag_dim=fd,
-                      n_prefix_layers=n_prefix, n_compiled_layers=n_c,
-                      flag_location="compiled_layer_0" if in_compiled else ("leading_layer" if n_lead == 1 else "leading_layers"),
-                      flag_value=flag_value, suppression=suppression, norm_mode=norm_mode,
-                      host_residual_scale=s_h, machine_residual_scale=s_m, token_names=list(machine.token_names))
-    model.splice_info = info
-    model.config.qwengpu = info.summary()
-    return model.eval()
+    plan = plan_splice(host_model, machine, flag_value=flag_value, suppression=suppression,
+                       calibration=calibration_ids, flag_layer=flag_layer, dtype=dtype,
+                       free_host=free_host, norm_mode=norm_mode)
+    model = build_meta_model(host_model.config, machine, plan)
+    place_host_layers(model, host_model, plan)
+    place_vocabulary(model, host_model, machine, plan)
+    place_compiled_layers(model, machine, plan)
+    write_text_flag(model, plan)
+    return finish(model, machine, plan)
 
 
 def _release(module) -> None:
@@ -411,153 +616,6 @@ def load_spliced(path, dtype=None):
     info_file = Path(path) / SPLICE_JSON
     model.splice_info = SpliceInfo.from_dict(json.loads(info_file.read_text())) if info_file.exists() else None
     return model
-
-
-# ---------------------------------------------------------------------------------------------
-# The machine alone (reference for exactness tests and benchmarks)
-# ---------------------------------------------------------------------------------------------
-
-@torch.no_grad()
-def machine_only_model(machine: CompiledMachine, host_cfg, dtype=torch.float32):
-    """The compiled layers alone at width W, vocabulary = machine tokens, plus one inert (all-zero)
-    full-attention layer at the end so stock `generate` accepts it (DESIGN section 3)."""
-    check_machine(machine, host_cfg)
-    cfg = copy.deepcopy(host_cfg)
-    n = len(machine.layers)
-    cfg.hidden_size = machine.width
-    cfg.vocab_size = machine.vocab_size
-    cfg.num_hidden_layers = n + 1
-    cfg.layer_types = ["linear_attention"] * n + ["full_attention"]
-    cfg.tie_word_embeddings = False
-    model = empty_model(cfg, dtype=dtype)
-    for p in model.parameters():
-        p.zero_()
-    for j, layer in enumerate(machine.layers):
-        params = dict(model.model.layers[j].named_parameters())
-        for k in LAYER_KEYS:
-            params[k].copy_(layer[k].to(dtype))
-    last = model.model.layers[n]
-    last.input_layernorm.weight.fill_(-1.0)
-    last.post_attention_layernorm.weight.fill_(-1.0)
-    model.model.embed_tokens.weight.copy_(machine.embed.to(dtype))
-    model.model.norm.weight.copy_(machine.final_norm.to(dtype))
-    model.lm_head.weight.copy_(machine.unembed.to(dtype))
-    return model.eval()
-
-
-# ---------------------------------------------------------------------------------------------
-# A hand-built machine: one dual-rail DeltaNet memory layer (the probe's design), for tests and for
-# `kl` until the layer compiler's demo circuit is available.
-# ---------------------------------------------------------------------------------------------
-
-def memory_machine(host_cfg, slots: int = 4, bits: int = 4, width: int = 32) -> CompiledMachine:
-    """A `slots` x `bits` memory in linear-attention head 0 of one compiled layer.
-
-    Tokens: "<m:w{s}={v}>" writes value v to slot s; "<m:r{s}>" reads slot s (the read lands in field
-    `out` as +-1-ish dual-rail differences in the same token); "<m:v={v}>" are output tokens whose
-    unembed rows match the sign pattern of `out` (the next-token argmax after a read is the value
-    read). The MLP re-digitises `out` into `dig` (silu gate, reads only machine dims). The last dim
-    is the text-flag dim (nothing reads or writes it).
-    """
-    S, B = slots, bits
-    f = {}
-    pos = 0
-    for name, n in (("one", 1), ("wa", S), ("ra", S), ("val", B), ("we", 1), ("out", B), ("dig", B)):
-        f[name] = (pos, pos + n)
-        pos += n
-    if pos + 1 > width:
-        raise SpliceError(f"memory_machine needs width >= {pos + 1}")
-    if S > host_cfg.linear_key_head_dim or 2 * B > host_cfg.linear_value_head_dim:
-        raise SpliceError("memory_machine: slots/bits exceed one linear-attention head")
-    W = width
-    flag = W - 1
-    kd = host_cfg.linear_num_key_heads * host_cfg.linear_key_head_dim
-    vd = host_cfg.linear_num_value_heads * host_cfg.linear_value_head_dim
-    nv = host_cfg.linear_num_value_heads
-    I = host_cfg.intermediate_size
-    shapes = expected_layer_shapes(host_cfg, W)
-    L = {k: torch.zeros(s) for k, s in shapes.items()}
-    one, wa, ra, val, we, out, dig = (f[k][0] for k in ("one", "wa", "ra", "val", "we", "out", "dig"))
-    G = 30.0
-    qkv = L["linear_attn.in_proj_qkv.weight"]
-    for j in range(S):
-        qkv[j, ra + j] = G                   # q (head 0)
-        qkv[kd + j, wa + j] = G              # k (head 0)
-    for i in range(B):
-        qkv[2 * kd + 2 * i, val + i] = G     # v rails (head 0): bit = +1
-        qkv[2 * kd + 2 * i + 1, val + i] = -G  # bit = -1
-    L["linear_attn.conv1d.weight"][:, 0, -1] = 1.0
-    L["linear_attn.in_proj_b.weight"][0, we] = 200.0
-    L["linear_attn.in_proj_b.weight"][0, one] = -25.0
-    L["linear_attn.dt_bias"].fill_(-100.0)      # gate held open
-    L["linear_attn.in_proj_z.weight"][: host_cfg.linear_value_head_dim, one] = 2.0
-    L["linear_attn.norm.weight"].fill_(1.0)
-    for i in range(B):
-        L["linear_attn.out_proj.weight"][out + i, 2 * i] = 0.05
-        L["linear_attn.out_proj.weight"][out + i, 2 * i + 1] = -0.05
-    for i in range(B):  # dig_i = silu(4 out_i) * one
-        L["mlp.gate_proj.weight"][i, out + i] = 4.0
-        L["mlp.up_proj.weight"][i, one] = 1.0
-        L["mlp.down_proj.weight"][dig + i, i] = 0.5
-    names, emb, unemb = [], [], []
-
-    def row(**fields):
-        r = torch.zeros(W)
-        r[one] = 4.0
-        for k, v in fields.items():
-            if k == "wa" or k == "ra":
-                r[f[k][0] + v] = 1.0
-            elif k == "val":
-                for i in range(B):
-                    r[val + i] = 1.0 if (v >> i) & 1 else -1.0
-            elif k == "we":
-                r[we] = 1.0
-        return r
-
-    for s in range(S):
-        for v in range(2 ** B):
-            names.append(f"<m:w{s}={v}>")
-            emb.append(row(wa=s, val=v, we=1))
-            unemb.append(torch.zeros(W))
-    for s in range(S):
-        names.append(f"<m:r{s}>")
-        emb.append(row(ra=s))
-        unemb.append(torch.zeros(W))
-    for v in range(2 ** B):
-        names.append(f"<m:v={v}>")
-        emb.append(row())
-        u = torch.zeros(W)
-        for i in range(B):
-            u[out + i] = 3.0 if (v >> i) & 1 else -3.0
-        unemb.append(u)
-    shapes_used = {k: getattr(host_cfg, k) for k in (
-        "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-        "linear_conv_kernel_dim", "intermediate_size")}
-    return CompiledMachine(width=W, layers=[L], embed=torch.stack(emb), unembed=torch.stack(unemb),
-                           final_norm=torch.zeros(W), token_names=names, text_flag_dim=flag,
-                           fields={**f, "text_flag": (flag, flag + 1)}, layer_shapes=shapes_used)
-
-
-def memory_program(machine: CompiledMachine, n: int, seed: int = 0):
-    """A random write/read program for `memory_machine`: (machine token indices, expected value
-    after each token or None)."""
-    g = torch.Generator().manual_seed(seed)
-    names = machine.token_names
-    S = sum(1 for x in names if x.startswith("<m:r"))
-    B = int(math.log2(sum(1 for x in names if x.startswith("<m:v="))))
-    mem, toks, expect = {}, [], []
-    for _ in range(n):
-        if not mem or torch.rand((), generator=g) < 0.5:
-            s = int(torch.randint(S, (), generator=g))
-            v = int(torch.randint(2 ** B, (), generator=g))
-            mem[s] = v
-            toks.append(names.index(f"<m:w{s}={v}>"))
-            expect.append(None)
-        else:
-            s = sorted(mem)[int(torch.randint(len(mem), (), generator=g))]
-            toks.append(names.index(f"<m:r{s}>"))
-            expect.append(mem[s])
-    return toks, expect
 
 
 def estimate_spliced_bytes(host_cfg, width: int, n_compiled: int, machine_vocab: int,

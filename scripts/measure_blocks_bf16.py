@@ -43,7 +43,7 @@ def demo_row(quick, adder="lookahead"):
             pre = d.decode(model(torch.tensor([ids])).logits[0].argmax(-1))
             cache, dec = DynamicCache(config=model.config), []
             for t in ids:
-                dec.append(int(model(torch.tensor([[t]]), past_key_values=cache, use_cache=True).logits[0, -1].argmax()))
+                dec.append(int(model(torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1].argmax()))
             dec = d.decode(dec)
         res[dt] = {p: (sum(1 for i in range(len(ids)) if mask[i] and pr[i] != expect[i]), 0)
                    for p, pr in (("prefill", pre), ("decode", dec))}

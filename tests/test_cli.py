@@ -123,7 +123,7 @@ def test_run_errors_exit_with_status_2(tmp_path):
 
 def test_parser_knows_every_subcommand():
     p = build_parser()
-    for argv in (["ptx", "k.cu"], ["run", "c.json"], ["demo"], ["kl", "--host", "tiny", "--text", "t"]):
+    for argv in (["ptx", "k.cu"], ["run", "c.json"], ["demo"], ["kl", "--host", "tiny", "--machine", "regfile", "--text", "t"]):
         assert p.parse_args(argv).command == argv[0]
     assert p.parse_args(["run", "c.json"]).bits is False
     assert p.parse_args(["run", "c.json", "--bits"]).bits is True

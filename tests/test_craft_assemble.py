@@ -9,7 +9,7 @@ from gpu_layers.craft import blocks as B
 from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.circuit import Circuit, CircuitError
 from gpu_layers.craft.compiled import LAYER_KEYS
-from gpu_layers.craft.fields import Field, Layout, LayoutError, Lin, bits, dual, onehot, rail3, scalar
+from gpu_layers.craft.fields import Layout, LayoutError, bits, dual, onehot, rail3, scalar
 from gpu_layers.craft.machine_model import build_machine_model
 from gpu_layers.craft.testing import TINY, encode_rows, random_values
 

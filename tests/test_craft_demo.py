@@ -51,14 +51,16 @@ def test_decode_token_by_token_with_cache(demo):
     pred = []
     with torch.no_grad():
         for t in ids:
-            out = model(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            out = model(torch.tensor([[t]]), cache=cache, use_cache=True)
             pred.append(int(out.logits[0, -1].argmax()))
     _check(d.decode(pred), expect, mask, toks)
 
 
+@pytest.mark.filterwarnings("error::FutureWarning")
 def test_generate_emits_every_sum(demo):
     """The host appends write tokens; at each <sum> the model generates the 4 sum bytes and <end>
-    greedily (stock generate, the cache carried across calls)."""
+    greedily (stock generate, the cache carried across calls as `cache=`: transformers 5.24's
+    keyword; the deprecated `past_key_values` would raise a FutureWarning, an error here)."""
     d, model = demo
     rng = np.random.default_rng(2)
     toks, expect, mask = random_program(rng, N_OPS)
@@ -69,7 +71,7 @@ def test_generate_emits_every_sum(demo):
         if toks[i].startswith("<sum"):
             seq.append(d.token_ids[toks[i]])
             ids = torch.tensor([seq])       # with the full attention mask, generate feeds only the uncached tokens
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache, max_new_tokens=5,
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), cache=cache, max_new_tokens=5,
                                  do_sample=False)
             new = d.decode(out[0, len(seq):])
             assert new == expect[i:i + 5], (i, toks[i], new, expect[i:i + 5])
@@ -94,5 +96,5 @@ def test_prefix_adder_variant_is_exact_in_bf16_too():
         _check(d.decode(model(torch.tensor([ids])).logits[0].argmax(-1)), expect, mask, toks)
         cache, pred = DynamicCache(config=model.config), []
         for t in ids[:300]:
-            pred.append(int(model(torch.tensor([[t]]), past_key_values=cache, use_cache=True).logits[0, -1].argmax()))
+            pred.append(int(model(torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1].argmax()))
     _check(d.decode(pred), expect[:300], mask[:300], toks[:300])

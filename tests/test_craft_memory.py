@@ -4,7 +4,6 @@ of the memory on both paths. Covers: binary and one-hot addresses, write-then-re
 reads of unwritten cells (absent, still constant norm), the read enable, resets, masked per-lane
 writes (one value head per lane, keys shared), words wider than one head, grouped value heads."""
 import pytest
-import torch
 
 from gpu_layers.craft.testing import TINY, run_memory
 

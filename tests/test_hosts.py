@@ -1,11 +1,13 @@
+import inspect
 import json
+import textwrap
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
-from gpu_layers.hosts import (QWEN35_VOCAB, HostLoadError, load_host, map_weight_name, tiny_host,
-                              tiny_tokenizer)
+from gpu_layers.hosts import (QWEN35_VOCAB, TINY_HOSTS, HostLoadError, calibration_ids, load_host,
+                              map_weight_name, tiny_host, tiny_tokenizer)
+from splice_fixtures import fake_vl_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,6 @@ def test_tiny_host_is_deterministic(host):
 
 def test_tiny_host_scales_are_realistic(host):
     tok = tiny_tokenizer()
-    import inspect, textwrap
-
     ids = torch.tensor([tok.encode(inspect.getsource(textwrap))[:256]])
     with torch.no_grad():
         out = host(ids, output_hidden_states=True)
@@ -50,6 +50,37 @@ def test_tiny_host_scales_are_realistic(host):
     for n, p in host.named_parameters():
         if n.endswith("layernorm.weight"):
             assert float(p.detach().std()) > 0.05  # non-trivial gains
+
+
+def test_small_residual_host_is_the_tiny_host_at_a_small_scale(host, one_torch_thread):
+    """tiny-small-residual: the same draw with the residual stream x 0.05 (embedding and writers)
+    and the final-norm gains / 0.05: residual rms 0.05-0.08 like a trained model's, the same
+    logits up to the norms' eps (eps / rms^2 ~ 4e-4 instead of 1e-6)."""
+    small = load_host("tiny-small-residual", dtype=torch.float32)
+    assert TINY_HOSTS["tiny-small-residual"] == 0.05
+    ids = torch.tensor([tiny_tokenizer().encode(inspect.getsource(textwrap))[:256]])
+    with torch.no_grad():
+        a = host(ids, output_hidden_states=True)
+        b = small(ids, output_hidden_states=True)
+    for ha, hb in zip(a.hidden_states[:-1], b.hidden_states[:-1]):  # residual entering each layer
+        ra, rb = ha[0].pow(2).mean(-1).sqrt(), hb[0].pow(2).mean(-1).sqrt()
+        assert 0.04 < float(rb.mean()) < 0.1
+        assert torch.allclose(rb, 0.05 * ra, rtol=2e-3)
+    pa, pb = a.logits[0].double().log_softmax(-1), b.logits[0].double().log_softmax(-1)
+    kl = (pa.exp() * (pa - pb)).sum(-1)
+    assert 0 < float(kl.max()) < 1e-4  # eps matters at this scale: measurably, not much
+    assert torch.equal(small.model.layers[0].mlp.up_proj.weight, host.model.layers[0].mlp.up_proj.weight)
+    with pytest.raises(ValueError):
+        tiny_host(residual_scale=0.0)
+
+
+def test_calibration_ids():
+    ids = calibration_ids(QWEN35_VOCAB)
+    assert len(ids) > 300 and max(ids) < QWEN35_VOCAB
+    from gpu_layers.errors import QwenGPUError
+
+    with pytest.raises(QwenGPUError, match="vocabulary"):
+        calibration_ids(300)
 
 
 def test_tokenizer_fits_vocabulary():
@@ -68,53 +99,9 @@ def test_weight_name_mapping():
         assert map_weight_name(skip) is None
 
 
-def _fake_vl_checkpoint(tmp_path, tied=True, vocab=300):
-    """A tiny checkpoint laid out like the Qwen3.5 vision-language release: config with text_config
-    and vision_config, text weights under model.language_model., vision + MTP weights, 2 shards + index."""
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
-    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
-                layer_types=["linear_attention"] * 3 + ["full_attention"], linear_num_key_heads=2,
-                linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=32, tie_word_embeddings=tied,
-                rms_norm_eps=1e-6, mtp_num_hidden_layers=1, attn_output_gate=True, model_type="qwen3_5_text",
-                rope_parameters={"type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
-                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True})
-    torch.manual_seed(0)
-    src = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**{k: v for k, v in text.items() if k != "model_type"})).eval()
-    with torch.no_grad():
-        for p in src.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    sd = {}
-    for n, p in src.state_dict().items():
-        if n == "lm_head.weight":
-            if not tied:
-                sd["lm_head.weight"] = p.detach().to(torch.bfloat16).clone()
-            continue
-        sd["model.language_model." + n[len("model."):]] = p.detach().to(torch.bfloat16).clone()
-    names = sorted(sd)
-    half = len(names) // 2
-    shard1 = {n: sd[n] for n in names[:half]}
-    shard2 = {n: sd[n] for n in names[half:]}
-    shard1["model.visual.blocks.0.attn.qkv.weight"] = torch.randn(24, 8, dtype=torch.bfloat16)
-    shard2["model.visual.merger.linear_fc2.weight"] = torch.randn(64, 16, dtype=torch.bfloat16)
-    shard2["mtp.fc.weight"] = torch.randn(64, 128, dtype=torch.bfloat16)
-    save_file(shard1, str(tmp_path / "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
-    save_file(shard2, str(tmp_path / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
-    wm = {n: "model-00001-of-00002.safetensors" for n in shard1}
-    wm.update({n: "model-00002-of-00002.safetensors" for n in shard2})
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
-    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-           "tie_word_embeddings": tied, "text_config": text,
-           "vision_config": {"model_type": "qwen3_5_vision", "depth": 1, "hidden_size": 8, "out_hidden_size": 64},
-           "image_token_id": vocab - 10, "video_token_id": vocab - 9}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    return src, sd
-
-
 @pytest.mark.parametrize("tied", [True, False])
-def test_load_host_from_fake_vl_checkpoint(tmp_path, tied):
-    src, sd = _fake_vl_checkpoint(tmp_path, tied=tied)
+def test_load_host_fromfake_vl_checkpoint(tmp_path, tied):
+    src, sd = fake_vl_checkpoint(tmp_path, tied=tied)
     m = load_host(str(tmp_path), dtype=torch.bfloat16)
     assert type(m).__name__ == "Qwen3_5ForCausalLM"
     assert m.config.hidden_size == 64 and m.config.tie_word_embeddings == tied
@@ -134,7 +121,7 @@ def test_load_host_from_fake_vl_checkpoint(tmp_path, tied):
 def test_load_host_errors(tmp_path):
     with pytest.raises(HostLoadError):
         load_host(str(tmp_path / "nope"))
-    _fake_vl_checkpoint(tmp_path, tied=True)
+    fake_vl_checkpoint(tmp_path, tied=True)
     idx = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     # drop a shard from the index: weights go missing -> clear error
     keep = "model-00001-of-00002.safetensors"

@@ -6,14 +6,16 @@ import textwrap
 import pytest
 import torch
 
-from gpu_layers.craft.compiled import CompiledMachine
-from gpu_layers.hosts import peak_rss_bytes, tiny_host, tiny_tokenizer
+from gpu_layers.craft.compiled import LAYER_KEYS, CompiledMachine
+from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.hosts import load_host, peak_rss_bytes, tiny_host, tiny_tokenizer
 from gpu_layers.splice import (SPLICE_JSON, SpliceError, estimate_spliced_bytes, load_spliced,
-                               machine_only_model, memory_machine, memory_program, save_spliced, splice)
+                               measure_residual, save_spliced, size_text_flag, splice)
+from splice_fixtures import fake_vl_checkpoint, memory_machine, memory_program, stdlib_text
 
 
 @pytest.fixture(scope="module")
-def host():
+def host(one_torch_thread):
     return tiny_host()
 
 
@@ -28,8 +30,8 @@ def spliced(request, host, machine):
 
 
 @pytest.fixture(scope="module")
-def mref(host, machine):
-    return machine_only_model(machine, host.config)
+def mref(machine):
+    return build_machine_model(machine)
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +332,122 @@ def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(host):
     got = [info.token_names[int(i) - info.host_vocab] for i in out[0, len(prog):]]
     s = (0x8000002A + 0x800000FF) % 2 ** 32
     assert got == [f"<s{k}:{(s >> (8 * k)) & 0xFF:02x}>" for k in range(4)] + ["<end>"]
+
+
+def _text_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+@pytest.mark.parametrize("scale", [0.05, 3000.0])
+def test_text_flag_is_sized_from_the_measured_residual(scale, one_torch_thread):
+    """Hosts whose residual is 20x smaller / 3000x larger than the tiny host's: the flag follows
+    the smallest measured residual (flag^2 = 2^-30 of its sum of squares) and the suppression the
+    largest final residual, so on text (not the calibration text) every machine logit sits more
+    than 104 below the top host logit at every position and machine-token probability is exactly
+    0 in fp32. The old fixed sizing (flag 1e-3, suppression 1e5) leaks on the large residual."""
+    h = tiny_host(residual_scale=scale)
+    m = memory_machine(h.config)
+    sp = splice(h, m)
+    info = sp.splice_info
+    r = info.residual
+    assert 0.7 * scale < r["min_rms"] < r["max_final_rms"] < 2.0 * scale
+    Hp = h.config.hidden_size + m.width
+    assert info.flag_value == pytest.approx(math.sqrt(Hp) * r["min_rms"] * 2 ** -15, rel=1e-12)
+    ids = tiny_tokenizer().encode(stdlib_text())[:256]
+    lg = _text_logits(sp, ids)
+    Vh = info.host_vocab
+    gap = lg[:, :Vh].max(-1).values - lg[:, Vh:].max(-1).values
+    assert float(gap.min()) > 104.0
+    assert float(lg.float().softmax(-1)[:, Vh:].sum(-1).max()) == 0.0
+    old = splice(h, m, flag_value=1e-3, suppression=1e5)
+    mass_old = _text_logits(old, ids).float().softmax(-1)[:, Vh:].sum(-1).max()
+    if scale > 1:
+        assert float(mass_old) > 1e-20
+    assert old.splice_info.residual is None  # nothing measured when both are given
+
+
+def test_size_text_flag_formula():
+    """The derivation of size_text_flag, checked on round numbers."""
+    from gpu_layers.splice import FP32_EXP_UNDERFLOW, ResidualStats
+
+    st = ResidualStats(min_rms=0.5, max_final_rms=2.0, logit_bound=100.0, positions=10)
+    f, S = size_text_flag(st, 100, 400, 0.0, "scale_residual")
+    assert f == pytest.approx(20 * 0.5 * 2 ** -15)                     # sqrt(H') r_min 2^-15
+    assert S == pytest.approx(100 * (100 + FP32_EXP_UNDERFLOW) * math.sqrt(4.0 + f * f / 400))
+    f2, _ = size_text_flag(st, 100, 400, 0.0, "rescale_gains")
+    assert f2 == pytest.approx(10 * 0.5 * 2 ** -15)                    # sqrt(H) r_min 2^-15
+    with pytest.raises(SpliceError):
+        size_text_flag(ResidualStats(0.0, 1.0, 1.0, 1), 100, 400, 1e-6)
+
+
+def test_measure_residual_matches_the_hosts_hidden_states(host):
+    ids = tiny_tokenizer().encode("def f(x):\n    return x + 1\n" * 3)
+    st = measure_residual(host, ids)
+    with torch.no_grad():
+        hs = host(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    embed_rms = hs[0][0].double().pow(2).mean(-1).sqrt()
+    assert st.min_rms <= float(embed_rms.min()) and st.positions == len(ids)
+    with torch.no_grad():
+        logits = host(torch.tensor([ids])).logits
+    assert float(logits.abs().max()) <= st.logit_bound
+
+
+def test_weights_are_rounded_once_in_bf16(host, machine):
+    """An fp32 host and machine spliced into bf16: every scaled weight is round(w * s) formed in
+    float64 and rounded once (copying to bf16 and then scaling in bf16 rounds twice and differs);
+    the machine-only model in bf16 holds round(w)."""
+    sp = splice(host, machine, dtype=torch.bfloat16)
+    info = sp.splice_info
+    H, k, s_h, s_m = info.host_hidden, info.n_prefix_layers, info.host_residual_scale, info.machine_residual_scale
+
+    def once(w, s):
+        return (w.double() * s).to(torch.bfloat16)
+
+    twice_differs = False
+    for i, hl in enumerate(host.model.layers):
+        src, dst = hl.mlp.down_proj.weight, sp.model.layers[k + i].mlp.down_proj.weight[:H]
+        assert torch.equal(dst, once(src, s_h))
+        twice_differs |= not torch.equal(dst, src.to(torch.bfloat16) * s_h)
+    assert twice_differs  # the test can tell the two roundings apart
+    assert torch.equal(sp.model.embed_tokens.weight[: info.host_vocab, :H], once(host.model.embed_tokens.weight, s_h))
+    layer = sp.model.layers[info.first_compiled_layer]
+    M = slice(H, H + machine.width)
+    out_proj = machine.layers[0]["linear_attn.out_proj.weight"]
+    assert torch.equal(layer.linear_attn.out_proj.weight[M], once(out_proj, s_m))
+    down = layer.mlp.down_proj.weight[M].clone()
+    if info.flag_location == "compiled_layer_0":  # the flag neurons write the flag dim of this layer
+        down[machine.text_flag_dim] = 0
+    assert torch.equal(down, once(machine.layers[0]["mlp.down_proj.weight"], s_m))
+    assert torch.equal(layer.linear_attn.in_proj_qkv.weight[:, M],
+                       machine.layers[0]["linear_attn.in_proj_qkv.weight"].to(torch.bfloat16))
+    assert torch.equal(sp.model.embed_tokens.weight[info.host_vocab:, M], once(machine.embed, s_m))
+    mb = build_machine_model(machine, dtype=torch.bfloat16)
+    got = dict(mb.named_parameters())
+    for key in LAYER_KEYS:
+        assert torch.equal(got[f"model.layers.0.{key}"], machine.layers[0][key].to(torch.bfloat16)), key
+    assert torch.equal(got["model.embed_tokens.weight"], machine.embed.to(torch.bfloat16))
+
+
+def test_flag_in_several_leading_layers(tmp_path, one_torch_thread):
+    """A host whose MLP is narrower than 2H (a VL-layout checkpoint on disk, H=64, 96 neurons):
+    the flag takes two leading layers; with the host's own calibration ids (its vocabulary is 300,
+    the built-in BPE text does not fit: a clear error) text leaks nothing and machine positions
+    keep the host dims at exact 0."""
+    fake_vl_checkpoint(tmp_path, tied=True, vocab=300)
+    h = load_host(str(tmp_path), dtype=torch.float32)
+    m = memory_machine(h.config)
+    with pytest.raises(Exception, match="calibration"):
+        splice(h, m)
+    g = torch.Generator().manual_seed(0)
+    cal = torch.randint(0, 300, (200,), generator=g).tolist()
+    sp = splice(h, m, calibration_ids=cal)
+    info = sp.splice_info
+    assert info.flag_location == "leading_layers" and info.n_prefix_layers == 2 + 1
+    text = torch.randint(0, 300, (120,), generator=g).tolist()
+    assert float(_text_logits(sp, text).float().softmax(-1)[:, info.host_vocab:].sum(-1).max()) == 0.0
+    toks, expect = memory_program(m, 40, seed=2)
+    out = _layers_out(sp, [info.host_vocab + t for t in toks])
+    assert all(torch.all(hs[0, :, : info.host_hidden] == 0) for hs in out.hidden_states)
+    for t in _read_positions(expect):
+        assert int(out.logits[0, t].argmax()) == info.token_id(f"<m:v={expect[t]}>")

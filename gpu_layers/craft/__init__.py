@@ -12,7 +12,9 @@ Modules
   assemble.py      compile_circuit(circuit, config) -> Compiled: passes validate -> schedule ->
                    track_norms -> write_layers -> vocabulary; Compiled.report() (per-layer budget table)
   compiled.py      CompiledMachine: the contract with the splice (fixed)
-  machine_model.py build_machine_model(machine) -> stock Qwen3_5ForCausalLM (+ one inert attention layer)
+  machine_model.py build_machine_model(machine) -> stock Qwen3_5ForCausalLM (+ one inert attention layer):
+                   the one machine-only builder (tests, benchmarks, demos, the splice's reference)
+  machines.py      MACHINES: the compiled machines by name (`kl --machine`); build_machine(name, config)
   testing.py       harness of the exactness tests (drive both transformers paths, decode, compare)
   demo_regfile.py  demonstration: a 4-lane register file of 32-bit registers with an adder, via generate
 
@@ -39,7 +41,8 @@ Writing a machine (see demo_regfile.py for a complete one):
     model = build_machine_model(machine)             # or a machine-only stock model
 
 Driving a machine with stock `generate` across calls (the host appends tokens between calls): pass
-`attention_mask=torch.ones_like(ids)` together with the carried `past_key_values`, otherwise
+`attention_mask=torch.ones_like(ids)` together with the carried cache (`cache=`: transformers 5.24's
+keyword for the model's forward and `generate`; `past_key_values` is deprecated there), otherwise
 transformers 5.24 re-feeds the whole prompt on top of the linear-attention state (tests/test_craft_demo.py).
 
 Rules the compiler enforces (fail fast, with the list of problems):

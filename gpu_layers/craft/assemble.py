@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from . import physics as P
-from .circuit import Circuit, CircuitError, MemoryPort, MixerStage, MLPStage
+from .circuit import Circuit, CircuitError, MemoryPort, MLPStage
 from .compiled import LAYER_KEYS, CompiledMachine
 from .fields import Lin
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field as dc_field
 from typing import Callable
 
-from .fields import Field, Layout, LayoutError, Lin
+from .fields import Field, Layout, Lin
 
 
 class CircuitError(ValueError):

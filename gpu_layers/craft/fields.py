@@ -329,12 +329,6 @@ class Layout:
                               f"fields {bad} have no fixed sum of squares (re-digitize them first)")
         return float(sum(f.sumsq for f in self.alive_before(pos)))
 
-    def field_at_dim(self, d: int) -> str:
-        for f in self.fields.values():
-            if f.start <= d < f.stop:
-                return f.name
-        return "?"
-
     def encode(self, values: dict, base: np.ndarray | None = None) -> np.ndarray:
         """One residual row from {field name: logical value} (plus one = 1)."""
         x = np.zeros(self.width, dtype=np.float64) if base is None else base.copy()

@@ -1,9 +1,14 @@
-"""A machine-only stock `Qwen3_5ForCausalLM` of hidden size W around a `CompiledMachine`.
+"""The machine-only stock `Qwen3_5ForCausalLM` of hidden size W around a `CompiledMachine`: the one
+builder used by tests, benchmarks, demo circuits and as the splice's reference.
 
 Layers: the compiled `linear_attention` layers, then one inert `full_attention` layer with all-zero
 weights (it adds exact zeros: o_proj and the MLP are zero), because stock `generate` refuses a model
-whose layers are all linear attention. Embedding rows = the machine tokens; LM head = their unembed
-rows. Used by tests, benchmarks and demo circuits.
+whose layers are all linear attention (DESIGN section 3). Embedding rows = the machine tokens; LM
+head = their unembed rows. Every parameter is allocated once in the target dtype and every
+compiled value rounded to it once.
+
+The cache keyword is `cache=` (transformers 5.24: `past_key_values` is deprecated, to be removed in
+5.40 for the model's forward and 6.0 for `generate`; outputs carry it as `.cache`).
 """
 from __future__ import annotations
 
@@ -28,25 +33,28 @@ def machine_config(m: CompiledMachine) -> Qwen3_5TextConfig:
         pad_token_id=None, bos_token_id=None, eos_token_id=None)
 
 
+@torch.no_grad()
 def build_machine_model(m: CompiledMachine, dtype=torch.float32, device="cpu") -> Qwen3_5ForCausalLM:
+    from gpu_layers.hosts import empty_model
+
     m.check()
-    cfg = machine_config(m)
-    model = Qwen3_5ForCausalLM(cfg).eval()
-    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    model = empty_model(machine_config(m), dtype=dtype, device=device)
+    params = dict(model.named_parameters())
+    for p in params.values():
+        p.zero_()
     for i, layer in enumerate(m.layers):
         for k, v in layer.items():
             key = f"model.layers.{i}.{k}"
-            if sd[key].shape != v.shape:
-                raise ValueError(f"{key}: compiled {tuple(v.shape)} vs model {tuple(sd[key].shape)}")
-            sd[key] = v.clone()
-    sd["model.embed_tokens.weight"] = m.embed.clone()
-    sd["lm_head.weight"] = m.unembed.clone()
-    sd["model.norm.weight"] = m.final_norm.clone()
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected:
-        raise ValueError(f"unexpected keys {unexpected}")
+            if key not in params:
+                raise ValueError(f"unexpected key {key}")
+            if params[key].shape != v.shape:
+                raise ValueError(f"{key}: compiled {tuple(v.shape)} vs model {tuple(params[key].shape)}")
+            params[key].copy_(v)
+    params["model.embed_tokens.weight"].copy_(m.embed)
+    params["lm_head.weight"].copy_(m.unembed)
+    params["model.norm.weight"].copy_(m.final_norm)
     model.generation_config.pad_token_id = 0
-    return model.to(device=device, dtype=dtype)
+    return model
 
 
 @torch.no_grad()
@@ -61,7 +69,7 @@ def run_decode(model, x: torch.Tensor) -> torch.Tensor:
     cache = DynamicCache(config=model.config)
     outs = []
     for t in range(x.shape[1]):
-        r = model.model(inputs_embeds=x[:, t:t + 1], past_key_values=cache, use_cache=True)
+        r = model.model(inputs_embeds=x[:, t:t + 1], cache=cache, use_cache=True)
         outs.append(r.last_hidden_state)
     return torch.cat(outs, 1)
 
