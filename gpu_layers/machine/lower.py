@@ -69,6 +69,7 @@ def lower(kernel: Kernel) -> Kernel:
     for ins in kernel.instructions:
         starts.append(len(em.code))
         em.line = ins.line          # generated code carries the line it came from
+        em.start = len(em.code)
         if _is_machine_form(ins):
             em.code.append(ins)
         else:
@@ -102,6 +103,18 @@ class _Emitter:
         self.line = 0
         self.used_undef = False
         self.regnames = {n for d in kernel.regs for n in d.names if not n.startswith("%")}
+        self.regbits = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names}
+        self.start = 0          # first emitted instruction of the current expansion
+
+    def read_elsewhere(self, last) -> set:
+        """Registers the current expansion reads (other than as `last`'s destination): a value
+        still read later in a loop must not be renamed."""
+        names = set()
+        for ins in self.code[self.start:]:
+            ops = ins.operands[1:] if ins is last else ins.operands
+            for op in ops:
+                names.add(str(op))
+        return names
 
     def tmp(self, bits: int) -> str:
         bits = {8: 16}.get(bits, bits)
@@ -159,7 +172,13 @@ def _copy(em, w, src) -> str:
 
 
 def _ext(em, w, src, signed, to) -> str:
-    """src (w bits) sign- or zero-extended to `to` bits, in a fresh temporary."""
+    """src (w bits) sign- or zero-extended to `to` bits, in a fresh temporary (an immediate stays
+    an immediate, so multiplies by constants become shifts)."""
+    if src.lstrip("-").isdigit():
+        v = int(src) & ((1 << w) - 1)
+        if signed and v >> (w - 1):
+            v -= 1 << w
+        return str(v & ((1 << to) - 1))
     if to == w:
         return _copy(em, w, src)
     t = em.tmp(to)
@@ -186,8 +205,17 @@ def _op(em, w, op, a, b, ty=None) -> str:
 
 
 def _finish(em, ins, t, value, dst=None):
-    """The one guarded write of the destination."""
-    em.emit(f"{_guard(ins)}mov.{t} {dst or ins.operands[0]}, {value}")
+    """The one guarded write of the destination. Unguarded, when the last instruction produced
+    `value` at the destination's width, that instruction writes the destination itself."""
+    dst = str(dst or ins.operands[0])
+    last = em.code[-1] if em.code else None
+    if (ins.guard is None and last is not None and last.operands and str(last.operands[0]) == value
+            and last.opcode not in ("bra", "setp") and em.regbits.get(dst) == TYPE_BITS[t]
+            and TYPE_BITS.get(last.types[0] if last.types else "", 0) == TYPE_BITS[t]
+            and value not in em.read_elsewhere(last)):
+        last.operands[0] = ins.operands[0] if dst == str(ins.operands[0]) else last.operands[0]
+        return
+    em.emit(f"{_guard(ins)}mov.{t} {dst}, {value}")
 
 
 # -------------------------------------------------------------------------- multiply / divide
@@ -217,13 +245,14 @@ def _mul_lo(em, w, a, b) -> str:
 
 
 def _mul_const(em, w, x, k) -> str:
-    x = _copy(em, w, x)
-    acc = em.tmp(w)
-    em.emit(f"mov.b{w} {acc}, 0")
-    for i in range(w):
-        if (k >> i) & 1:
-            t = _op(em, w, "shl", x, i)
-            em.emit(f"add.u{w} {acc}, {acc}, {t}")
+    """x * k as shifts and adds of x (k a constant)."""
+    terms = [i for i in range(w) if (k >> i) & 1]
+    if not terms:
+        return "0"
+    acc = None
+    for i in terms:
+        t = _op(em, w, "shl", x, i) if i else _copy(em, w, x)
+        acc = t if acc is None else _op(em, w, "add", acc, t, f"u{w}")
     return acc
 
 

@@ -168,3 +168,24 @@ def thread_instructions(kernel, grid, block, args, dynamic_shared_bytes=0) -> in
     launch(kernel, grid, block, list(args), dynamic_shared_bytes, observer=observe,
            step_budget=50_000_000)
     return count[0]
+
+
+def describe(tok) -> str:
+    """One token, readable: its kind, its fields and what they mean."""
+    k = tok[0]
+    if k == "blk":
+        return f"<blk {tok[1]}>        block {tok[1]} starts"
+    if k == "wi":
+        return f"<wi {tok[1]} {tok[2]}>      warp {tok[1]} issues machine instruction {tok[2]}"
+    if k == "g":
+        _, grp, e, v, u = tok
+        extra = (f", predicates {v:04b}" if v else "") + (f", undefined {u:04b}" if u else "")
+        return f"<g {grp} {e:04b} {v:04b} {u:04b}>  lane group {grp}: lanes {e:04b} executed{extra}"
+    if k == "d":
+        return f"<d {tok[1]} {tok[2]} {tok[3]:#05x}>   lane {tok[1]}, chunk {tok[2]}: bits " \
+               f"{PAYLOAD * tok[2]}..{PAYLOAD * tok[2] + PAYLOAD - 1} = {tok[3]:#x}"
+    if k == "dump":
+        return f"<dump {tok[1]}>       output buffer (argument {tok[1]}) follows"
+    if k == "x":
+        return f"<x {tok[1]:#06x}>      16 bits of the buffer"
+    return "<halt>          the launch is over"
