@@ -8,9 +8,10 @@ token, so each token names what it carries):
 
     <blk B>            block B starts (blocks run in order)
     <wi W P>           warp W issues the instruction at machine PC P
-    <g K E V U>        lane group K of that issue: E = lanes that executed it (guard true; for a
+    <g K E V U S>      lane group K of that issue: E = lanes that executed it (guard true; for a
                        branch: taken), V = their predicate results when the destination is a
-                       predicate, U = lanes whose write-back is undefined (poison); 4 bits each
+                       predicate, U = lanes whose write-back is undefined (poison); 4 bits each;
+                       S = 1: every executed lane writes the same value, sent once (as lane 0)
     <d J C X>          write-back data: chunk C (PAYLOAD bits, low chunk first) of the destination
                        register(s) of lane J of the group; chunks that are 0 are not sent (a
                        register's chunks not sent are 0), so small values cost fewer tokens
@@ -85,6 +86,7 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             state["issues"] += 1
             e = v = u = 0
             data = []
+            words = []
             for l in group:
                 if l not in done_set:
                     continue
@@ -100,8 +102,11 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                         v |= (x & 1) << j
                     else:
                         bits.append((x, w))
-                data += [("d", j, ci, x) for ci, x in enumerate(_chunks(bits, PAYLOAD)) if x]
-            toks.append(("g", k, e & gmask, v, u))
+                words.append((j, _chunks(bits, PAYLOAD)))
+            same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
+            for j, ch in (words[:1] if same else words):
+                data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
+            toks.append(("g", k, e & gmask, v, u, same))
             toks.extend(data)
 
     res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
@@ -178,9 +183,10 @@ def describe(tok) -> str:
     if k == "wi":
         return f"<wi {tok[1]} {tok[2]}>      warp {tok[1]} issues machine instruction {tok[2]}"
     if k == "g":
-        _, grp, e, v, u = tok
-        extra = (f", predicates {v:04b}" if v else "") + (f", undefined {u:04b}" if u else "")
-        return f"<g {grp} {e:04b} {v:04b} {u:04b}>  lane group {grp}: lanes {e:04b} executed{extra}"
+        _, grp, e, v, u, same = tok
+        extra = (f", predicates {v:04b}" if v else "") + (f", undefined {u:04b}" if u else "") + \
+            (", one value for all" if same else "")
+        return f"<g {grp} {e:04b} {v:04b} {u:04b} {same}>  lane group {grp}: lanes {e:04b} executed{extra}"
     if k == "d":
         return f"<d {tok[1]} {tok[2]} {tok[3]:#05x}>   lane {tok[1]}, chunk {tok[2]}: bits " \
                f"{PAYLOAD * tok[2]}..{PAYLOAD * tok[2] + PAYLOAD - 1} = {tok[3]:#x}"
