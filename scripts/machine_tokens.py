@@ -3,7 +3,8 @@
 For each case of the suite and of gpu-truth: lower to machine code, run the machine-level oracle
 (gpu_layers.machine.protocol), decode the output buffers from the token stream alone and compare
 them with the reference interpreter's, and count tokens per thread-instruction of the original
-kernel. Prints a table and the suite mean / worst.
+kernel, and the most registers a thread keeps live (the register file's real demand). Prints a
+table and the suite mean / worst.
 
     .venv/bin/python scripts/machine_tokens.py [--lanes 4] [--names CASE ...]
 """
@@ -20,6 +21,7 @@ from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.errors import UnsupportedPTX  # noqa: E402
 from gpu_layers.interp import Scalar, launch, module_for  # noqa: E402
 from gpu_layers.machine import lower  # noqa: E402
+from gpu_layers.machine.liveness import pressure  # noqa: E402
 from gpu_layers.machine.protocol import decode_outputs, thread_instructions, trace_tokens  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
@@ -34,7 +36,7 @@ def main():
     if args.names:
         cases = [c for c in cases if c.name in set(args.names)]
     print(f"{'case':28s} {'warp-ins':>9s} {'m-steps':>9s} {'issues':>9s} {'tokens':>10s} "
-          f"{'thread-ins':>10s} {'tok/t-ins':>9s}  match")
+          f"{'thread-ins':>10s} {'tok/t-ins':>9s} {'live':>5s}  match")
     rows, refused = [], []
     for c in cases:
         kernel = module_for(c.ptx()).kernel(c.kernel)
@@ -57,17 +59,20 @@ def main():
         tins = thread_instructions(kernel, c.grid, c.block, mkargs(), c.dynamic_shared_bytes)
         ntok = sum(t[0] not in ("dump", "x") for t in tr.tokens)
         r = ntok / tins
-        rows.append((c.name, r, match))
+        live = pressure(mk)
+        rows.append((c.name, r, match, live))
         print(f"{c.name:28s} {ref.steps:9d} {tr.steps:9d} {tr.issues:9d} {ntok:10d} "
-              f"{tins:10d} {r:9.2f}  {'yes' if match else 'NO'}", flush=True)
+              f"{tins:10d} {r:9.2f} {live.max_regs:5d}  {'yes' if match else 'NO'}", flush=True)
     if rows:
-        mean = sum(r for _, r, _ in rows) / len(rows)
+        mean = sum(r[1] for r in rows) / len(rows)
         worst = max(rows, key=lambda x: x[1])
+        most = max(rows, key=lambda x: x[3].max_bits)
         print(f"\n{len(rows)} cases lowered, {len(refused)} refused (floating point, not yet in the "
               f"machine); tokens per thread-instruction: mean {mean:.2f}, worst {worst[1]:.2f} "
               f"({worst[0]}); outputs decoded from tokens match: "
-              f"{sum(m for *_, m in rows)}/{len(rows)}")
-    return 0 if all(m for *_, m in rows) else 1
+              f"{sum(r[2] for r in rows)}/{len(rows)}; most live registers per thread: "
+              f"{max(r[3].max_regs for r in rows)}, most live bits: {most[3].max_bits} ({most[0]})")
+    return 0 if all(r[2] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -138,3 +138,20 @@ def test_group_tokens_follow_the_lane_count():
               for n in (1, 4, 32)}
     steps = sum(t[0] == "wi" for t in trace_tokens(mk, case.grid, case.block, args(), lanes=32).tokens)
     assert groups[32] == steps and groups[1] >= groups[4] >= groups[32]
+
+
+def test_register_pressure_counts_live_values_not_declarations():
+    from gpu_layers.machine.liveness import pressure
+
+    body = """\tmov.u32 \t%r1, 1;
+\tmov.u32 \t%r2, 2;
+\tadd.s32 \t%r3, %r1, %r2;
+\tmov.u32 \t%r4, 4;
+\tadd.s32 \t%r5, %r3, %r4;
+\tsetp.lt.u32 \t%p1, %r100, 3;
+\t@%p1 mov.u32 \t%r5, 9;
+\tst.global.u32 \t[%rd9], %r5;
+"""
+    p = pressure(parse_ptx(kernel_ptx(OUT + body + "\tret;\n")).kernel())
+    # the most at once: %rd9 (64 bits) with %r100, %r1 and %r2, not the 320 declared registers
+    assert p.declared == 320 and p.max_regs == 4 and p.max_bits == 64 + 3 * 32
