@@ -427,7 +427,7 @@ L_skip:
 # ---------------------------------------------------------------------- control and memory
 
 
-def test_min_pc_reconvergence_trace():
+def test_if_else_runs_both_sides_in_order_and_rejoins():
     body = """\tand.b32 \t%r1, %r100, 1;
 \tsetp.eq.u32 \t%p1, %r1, 0;
 \t@%p1 bra \tL_even;

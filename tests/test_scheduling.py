@@ -92,24 +92,6 @@ L_end:
     assert res.buffers[0][0] == 77
 
 
-def test_if_else_rejoins_at_the_join_point():
-    body = """\tand.b32 \t%r1, %r100, 1;
-\tsetp.eq.u32 \t%p1, %r1, 0;
-\t@%p1 bra \tL_even;
-\tmov.u32 \t%r3, 100;
-\tbra.uni \tL_join;
-L_even:
-\tmov.u32 \t%r3, 200;
-L_join:
-\tst.global.u32 \t[%rd9], %r3;
-"""
-    res = run_ptx(kernel_ptx(OUT + body + "\tret;\n"), 1, 32, [np.zeros(32, np.uint32)], trace=True)
-    full, odd, even = 0xFFFFFFFF, 0xAAAAAAAA, 0x55555555
-    pcs = [(pc, m) for _, _, pc, m in res.trace]
-    assert pcs == [(i, full) for i in range(8)] + [(8, odd), (9, odd), (10, even), (11, full),
-                                                   (12, full)]
-
-
 def test_baton_through_every_lane_and_the_progress_bound():
     # lane l spins until the shared baton equals l, then passes it on (min-PC would starve the
     # holder, which runs at a higher PC than the spinners). Every runnable group of the warp is
