@@ -204,16 +204,16 @@ def _op(em, w, op, a, b, ty=None) -> str:
     return t
 
 
-def _finish(em, ins, t, value, dst=None):
+def _finish(em, ins, t, value):
     """The one guarded write of the destination. Unguarded, when the last instruction produced
-    `value` at the destination's width, that instruction writes the destination itself."""
-    dst = str(dst or ins.operands[0])
-    last = em.code[-1] if em.code else None
+    `value` at the destination's width (so no extension differs), it writes the destination."""
+    dst = ins.operands[0]
+    last = em.code[-1] if len(em.code) > em.start else None
     if (ins.guard is None and last is not None and last.operands and str(last.operands[0]) == value
-            and last.opcode not in ("bra", "setp") and em.regbits.get(dst) == TYPE_BITS[t]
+            and last.opcode not in ("bra", "setp") and em.regbits.get(str(dst)) == TYPE_BITS[t]
             and TYPE_BITS.get(last.types[0] if last.types else "", 0) == TYPE_BITS[t]
             and value not in em.read_elsewhere(last)):
-        last.operands[0] = ins.operands[0] if dst == str(ins.operands[0]) else last.operands[0]
+        last.operands[0] = dst
         return
     em.emit(f"{_guard(ins)}mov.{t} {dst}, {value}")
 
