@@ -57,6 +57,18 @@ def test_out_of_bounds_global_store_names_buffer_address_and_line():
     assert "thread (0,0,0)" in msg
 
 
+def test_a_load_into_its_own_address_register_faults_in_the_right_thread():
+    # threads 0..3 load in range, thread 4 past the end: the error is thread 4's, not thread 0's
+    # re-run from its loaded value (the scalar fast path used to restart on the general one)
+    k = _k("\tmul.wide.u32 \t%rd3, %r100, 8;\n\tadd.s64 \t%rd3, %rd1, %rd3;\n"
+           "\tld.global.u64 \t%rd3, [%rd3];\n\tst.global.u32 \t[%rd9], 1;\n")
+    with pytest.raises(OutOfBounds) as ei:
+        launch(k, 1, 8, [np.zeros(4, np.int64)])
+    assert "thread (4,0,0)" in str(ei.value) and "0x1000000020" in str(ei.value)
+    res = launch(k, 1, 4, [np.arange(4, dtype=np.int64) + 7])
+    assert res.buffers[0].tolist() == [(1 << 32) + 1, (1 << 32) + 1, 9, 10]
+
+
 def test_misaligned_access():
     k = _k("\tld.global.u32 \t%r1, [%rd1+2];\n")
     with pytest.raises(OutOfBounds, match="misaligned"):

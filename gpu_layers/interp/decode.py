@@ -1158,7 +1158,10 @@ def _memop(is_load, space, base, off, cols, size, n):
             except ExecutionError as e:
                 raise type(e)(f"thread {W.thread_name(l)}: {e}") from None
 
-    if not (n == 1 and space == "global" and base is not None):
+    if not (n == 1 and space == "global" and base is not None) or (is_load and cols[0] == base):
+        # (a load into its own address register takes the general path: the fast path below
+        # restarts on the general one after loading some lanes, which would then re-read the
+        # address of those lanes from the loaded values)
         return general
     fmt = _PACK[size]
     ones = b"\x01" * size

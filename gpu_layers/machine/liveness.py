@@ -5,10 +5,13 @@ block's threads can hold, so the number that matters is the largest set of regis
 instruction, not the number the PTX declares. Standard backward liveness over the control-flow
 graph: an unguarded write kills the register, a guarded one does not (the old value may survive),
 the guard predicate is read.
+
+    liveness(kernel) -> Liveness   uses, defs, successors, live-in / live-out sets per instruction
+    pressure(kernel) -> Pressure   the most registers / bits live at once (also per width)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, Pair, Reg, Vec
 from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
@@ -21,6 +24,7 @@ class Pressure:
     max_regs: int           # most registers live at one instruction
     max_bits: int           # most register bits live at one instruction
     declared: int           # registers the kernel declares
+    by_width: dict = field(default_factory=dict)   # bits -> most live registers of that width
 
 
 def _regs(op):
@@ -51,13 +55,33 @@ def _uses_defs(ins, declared):
     return uses, defs
 
 
-def pressure(kernel) -> Pressure:
-    width = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names if n not in SPECIAL_REGS}
-    code = kernel.instructions
-    n = len(code)
-    ud = [_uses_defs(ins, width) for ins in code]
-    succ = []
-    for i, ins in enumerate(code):
+@dataclass
+class Liveness:
+    """Backward liveness of one kernel: per instruction, the registers it reads and writes and
+    those live on entry to it and on exit from it (special registers excluded)."""
+    width: dict             # register -> bits (TYPE_BITS of its declared type)
+    uses: list              # per instruction: registers read (a guarded write also reads its destination)
+    defs: list              # per instruction: registers written
+    succ: list              # per instruction: successor indices
+    live_in: list           # per instruction: registers live before it
+    live_out: list          # per instruction: registers live after it
+
+    @property
+    def entry(self) -> set:
+        """Registers live at the kernel's entry: read before any write on some path (possibly
+        undefined, the interpreter's poison)."""
+        return self.live_in[0] if self.live_in else set()
+
+    def max_live(self, bits: int | None = None) -> int:
+        """Most registers (of width `bits`, or of every width) live before one instruction."""
+        return max((sum(1 for r in s if bits is None or self.width[r] == bits) for s in self.live_in),
+                   default=0)
+
+
+def successors(kernel) -> list:
+    out = []
+    n = len(kernel.instructions)
+    for i, ins in enumerate(kernel.instructions):
         s = []
         kind = SUPPORTED[ins.name].kind
         if kind == "bra":
@@ -69,7 +93,16 @@ def pressure(kernel) -> Pressure:
                 s.append(i + 1)
         else:
             s.append(i + 1)
-        succ.append([j for j in s if j < n])
+        out.append([j for j in s if j < n])
+    return out
+
+
+def liveness(kernel) -> Liveness:
+    width = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names if n not in SPECIAL_REGS}
+    code = kernel.instructions
+    n = len(code)
+    ud = [_uses_defs(ins, width) for ins in code]
+    succ = successors(kernel)
     live_in = [set() for _ in range(n)]
     changed = True
     while changed:
@@ -83,6 +116,19 @@ def pressure(kernel) -> Pressure:
             if new != live_in[i]:
                 live_in[i] = new
                 changed = True
-    best_regs = max((len(s) for s in live_in), default=0)
-    best_bits = max((sum(width[r] for r in s) for s in live_in), default=0)
-    return Pressure(best_regs, best_bits, len(width))
+    live_out = []
+    for i in range(n):
+        out = set()
+        for j in succ[i]:
+            out |= live_in[j]
+        live_out.append(out)
+    return Liveness(width, [u for u, _ in ud], [d for _, d in ud], succ, live_in, live_out)
+
+
+def pressure(kernel) -> Pressure:
+    lv = liveness(kernel)
+    width = lv.width
+    best_regs = max((len(s) for s in lv.live_in), default=0)
+    best_bits = max((sum(width[r] for r in s) for s in lv.live_in), default=0)
+    by_width = {w: lv.max_live(w) for w in sorted(set(width.values()))}
+    return Pressure(best_regs, best_bits, len(width), by_width)
