@@ -286,9 +286,9 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
         ev.first_mismatch = mm[0].as_dict()
         ev.reason = _short(f"wrong output on {len(mismatches)} of {len(sets)} input sets; first on {s.name!r}: "
                            f"{mm[0].sentence()}")
-        ev.details = [f"It compiled and ran, but the output is wrong on {len(mismatches)} of {len(sets)} input "
-                      f"sets. On the input set {s.name} ({s.describe(task)}), grid {list(s.grid)}, block "
-                      f"{list(s.block)}:"] + [f"  {m.sentence()}" for m in mm[:3]]
+        ev.details = [f"It is wrong on {len(mismatches)} of {len(sets)} input sets. On the input set {s.name} "
+                      f"({s.describe(task)}), grid {list(s.grid)}, block {list(s.block)}:"] + \
+            [f"  {m.sentence()}" for m in mm[:3]]
         return ev
     ev.verdict, ev.correct = "correct", True
     ev.reason = f"correct on all {len(sets)} input sets"
