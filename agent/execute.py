@@ -37,6 +37,9 @@ ARCH = "sm_75"
 MAX_DETAIL_LINES = 12
 MAX_OUTPUT_VALUES = 32          # per output buffer, in the record
 MAX_REASON_CHARS = 400
+# Local arrays live in the interpreter's memory once per thread: bound them (CUDA allows 512 KiB per
+# thread; a model-written `int a[1 << 24];` would otherwise allocate gigabytes before the first step).
+MAX_LOCAL_BYTES_PER_THREAD = 64 * 1024
 
 VERDICTS = ("correct", "wrong", "no_code", "compile_error", "unsupported", "signature_mismatch", "runtime_error",
             "unchecked", "internal_error")
@@ -216,9 +219,18 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
         ev.reason = _short(f"{len(e.problems)} unsupported construct(s): {e.problems[0]}")
         ev.details = _unsupported_details(e.problems, ptx)
         return ev
+    kir = module.kernel(entry)
+    local = sum(v.size for v in kir.vars if v.space == "local")
+    if local > MAX_LOCAL_BYTES_PER_THREAD:
+        ev.seconds["validate"] = time.perf_counter() - t0
+        ev.validate_ok = False
+        msg = (f"the kernel uses {local} bytes of local memory per thread (arrays inside the kernel); the limit "
+               f"is {MAX_LOCAL_BYTES_PER_THREAD} bytes")
+        ev.validate_problems = [msg]
+        ev.verdict, ev.reason, ev.details = "unsupported", msg, [msg]
+        return ev
     ev.seconds["validate"] = time.perf_counter() - t0
     ev.validate_ok = True
-    kir = module.kernel(entry)
     ev.warnings = fusion_warnings(kir)[:20]
     if task is None:
         ev.verdict, ev.stage = "unchecked", "validate"
