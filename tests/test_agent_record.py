@@ -104,7 +104,8 @@ import sys, time, random
 sys.path.insert(0, sys.argv[1])
 from agent.record import ResultsDB
 from tests_helper_rows import attempt_row
-path, n, pause, tag = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+path, n, pause, tag, start_at = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+time.sleep(max(0.0, start_at - time.time()))      # all writers start together (and race to create the db)
 
 class SlowCommit(ResultsDB):
     def _before_commit(self):          # time spent inside the write transaction: a kill lands there
@@ -113,18 +114,19 @@ class SlowCommit(ResultsDB):
 
 db = SlowCommit(path)
 run = db.start_run({"kind": "eval", "model_id": tag})
-print("RUN", run, flush=True)
+print("RUN", run, time.time(), flush=True)
 for a in range(1, n + 1):
     row = attempt_row(run, "task-" + tag, a)
     db.record_attempt(row)
     db.record_attempt(row)             # a retry of the same attempt: must not duplicate
     print("OK", row["attempt_uid"], flush=True)
+    time.sleep(pause * random.random())   # the rest of an attempt (generation, nvcc, ...) happens here
 db.finish_run(run, "finished")
-print("DONE", flush=True)
+print("DONE", time.time(), flush=True)
 """
 
 
-def _writer(tmp_path, db_path, n, pause, tag):
+def _writer(tmp_path, db_path, n, pause, tag, start_at=0.0):
     helper = tmp_path / "tests_helper_rows.py"
     if not helper.exists():
         helper.write_text(
@@ -136,7 +138,8 @@ def _writer(tmp_path, db_path, n, pause, tag):
             "            'reason': 'test', 'generated_text': uid + ':' + 'x' * 2000,\n"
             "            'started_at': '2026-01-01T00:00:00', 'finished_at': '2026-01-01T00:00:01'}\n")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}")
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(ROOT), str(db_path), str(n), str(pause), tag],
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(ROOT), str(db_path), str(n), str(pause), tag,
+                             str(start_at)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
 
 
@@ -150,14 +153,18 @@ def _check_rows_whole(db):
 
 
 def test_parallel_writers_lose_and_duplicate_nothing(tmp_path):
-    """Four processes open one brand-new database at once (racing to create and migrate it), then each
-    records 40 attempts (each twice) as fast as it can."""
-    p, n, k = tmp_path / "r.db", 40, 4
-    procs = [_writer(tmp_path, p, n, 0.0, f"w{i}") for i in range(k)]
+    """Four processes open one brand-new database at the same moment (racing to create and migrate it),
+    then each records 60 attempts (each twice), all at once."""
+    p, n, k = tmp_path / "r.db", 60, 4
+    start_at = time.time() + 3.0
+    procs = [_writer(tmp_path, p, n, 0.01, f"w{i}", start_at) for i in range(k)]
     outs = [pr.communicate(timeout=180) for pr in procs]
     for pr, (out, err) in zip(procs, outs):
         assert pr.returncode == 0, err
-        assert out.strip().endswith("DONE")
+        assert out.splitlines()[-1].startswith("DONE")
+    starts = [float(l.split()[2]) for out, _ in outs for l in out.splitlines() if l.startswith("RUN")]
+    ends = [float(l.split()[1]) for out, _ in outs for l in out.splitlines() if l.startswith("DONE")]
+    assert max(starts) < min(ends), "the writers did not overlap in time"
     db = ResultsDB(p)
     assert db.schema_version() == SCHEMA_VERSION
     assert db.count("attempts") == n * k
