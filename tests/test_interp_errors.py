@@ -197,3 +197,11 @@ def test_maxntid_and_reqntid_bound_the_block():
     launch(k, 1, (32, 2), [np.zeros(64, np.int32)])
     with pytest.raises(LaunchError, match="reqntid"):
         launch(k, 1, 64, [np.zeros(64, np.int32)])
+
+
+def test_huge_local_arrays_are_refused_before_anything_runs():
+    decls = "\t.local .align 4 .b8 \tdepot[1048576];\n"
+    k = _k("\tst.local.u32 \t[depot], 1;\n", decls=decls)
+    launch(k, 1, 4, [np.zeros(4, np.int32)])                      # 4 MiB for 4 threads: fine
+    with pytest.raises(LaunchError, match="local memory"):
+        launch(k, 1, 32, [np.zeros(4, np.int32)])                 # 32 MiB: refused

@@ -58,7 +58,8 @@ Decisions (the definition of the machine; the compiled model is checked against 
   N != block size.
 * Launch limits (LaunchError): block dims <= (1024, 1024, 64) and <= 1024 threads per block;
   grid dims <= (2^31-1, 65535, 65535) and at most 2^20 threads per launch; shared memory
-  (static + dynamic) <= 48 KiB; the block must respect the kernel's .maxntid / .reqntid;
+  (static + dynamic) <= 48 KiB; local memory <= 16 MiB per block (all its threads: the
+  interpreter's host memory); the block must respect the kernel's .maxntid / .reqntid;
   arguments must match the .param list in count and size.
 """
 from __future__ import annotations
@@ -82,6 +83,7 @@ DEFAULT_STEP_BUDGET = 2_000_000
 MAX_SHARED_BYTES = 48 * 1024
 MAX_THREADS_PER_BLOCK = 1024
 MAX_THREADS_PER_LAUNCH = 1 << 20
+MAX_LOCAL_BYTES_PER_BLOCK = 16 << 20     # local memory of one block's threads together (host RAM)
 
 SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
 
@@ -234,6 +236,10 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
     cfg = _check_launch(kernel, grid, block, lanes, dynamic_shared_bytes, step_budget)
     prog = program_for(kernel)
     cfg.shared_size = _shared_size(prog, dynamic_shared_bytes)
+    if prog.layout.local_size * cfg.nthreads > MAX_LOCAL_BYTES_PER_BLOCK:
+        raise LaunchError(f"kernel needs {prog.layout.local_size} bytes of local memory per thread, "
+                          f"{prog.layout.local_size * cfg.nthreads} for a block of {cfg.nthreads}; at most "
+                          f"{MAX_LOCAL_BYTES_PER_BLOCK} per block")
     glob, param_region, buf_regions = _bind_arguments(kernel, prog, args)
     run = _Run(prog, cfg, trace)
     run.observer = observer
