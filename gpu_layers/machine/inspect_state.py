@@ -53,24 +53,26 @@ def registers_at(model, machine, ids: list[int], positions, path: str = "prefill
     path 'decode': one token per forward with the cache (the recurrent delta rule); 'prefill': the
     stream fed in segments ending at each position, each segment one multi-token forward continuing
     the cache (the chunked delta rule, with the previous segment's state as its initial state; the
-    first segment is a plain prefill)."""
+    first segment is a plain prefill; a segment of one token takes the recurrent rule, as stock
+    transformers does). model: a Qwen3_5ForCausalLM (its decoder stack runs; logits are not needed)."""
     want = sorted(set(int(p) for p in positions))
     if want and (want[0] < 0 or want[-1] >= len(ids)):
         raise IndexError("positions outside the token stream")
     dev = next(model.parameters()).device
+    base = getattr(model, "model", model)       # the decoder stack: the state needs no LM head
     cache = DynamicCache(config=model.config)
     out = {}
     if path == "decode":
         wanted = set(want)
         for t in range(want[-1] + 1 if want else 0):
-            model(torch.tensor([[ids[t]]], device=dev), cache=cache, use_cache=True)
+            base(input_ids=torch.tensor([[ids[t]]], device=dev), cache=cache, use_cache=True)
             if t in wanted:
                 out[t] = read_registers(cache, machine, strict=strict)
     elif path == "prefill":
         start = 0
         for p in want:
             seg = torch.tensor([ids[start:p + 1]], device=dev)
-            model(seg, cache=cache, use_cache=True)
+            base(input_ids=seg, cache=cache, use_cache=True)
             out[p] = read_registers(cache, machine, strict=strict)
             start = p + 1
     else:
