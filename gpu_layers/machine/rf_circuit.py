@@ -36,19 +36,22 @@ per head per token, write-then-read; docs/machine.md section 2):
   * the group state (E and the instruction's R, copied at the <g> token) sits in slot K of a
     2-slot memory, so <g 1> writes slot 1 while committing slot 0, and <wi> finds the last group's R
     even though it overwrites the current-instruction memory;
-  * <g 1> commits group 0 only if group 0 was issued in this issue: a 1-slot memory written 0 at
-    <wi> and 1 at <g 0> (a <g 1> right after <wi> finds 0). <g 0> always follows a <wi>: no commit;
+  * every <g 1>, <wi> and <end> commits; <g 0> (which always follows a <wi>) does not. A <g 1>
+    right after <wi> (the issue has no group 0) re-commits the last group 0 of an earlier issue:
+    harmless, since the group state and chunk slot 0 are written only by <g 0> and its <d>s, that
+    group was already committed from this very state, and nothing else writes threads 0-3's slots,
+    so the rewrite is idempotent (no "group 0 issued?" memory is needed);
   * S = 1: a <d 0 C X> of an S group is written into the chunk heads of every lane, so the commit
     reads lane J's own heads in every case (no multiplexer).
 
 Layers (as the scheduler places them; TINY and Qwen3.5-2B shapes give the same depth, 4 layers):
   L0 mixer  prog (program memory: <pd> writes slot P, <wi> reads slot P; banked when P's range
-            exceeds the key head), curg (K, S of the current group), first0 (group 0 issued?)
+            exceeds the key head), curg (K, S of the current group)
   L0 MLP    instr = prog[P] (R, writes?), ck = current K, cs = current S, pk = pending K
-            (0 at <g 1>, else the last group's K), cv = this token commits
+            (0 at <g 1>, else the last group's K)
   L1/L2 mix cinst (the current instruction's R, writes?: written at <wi>), 12 chunk heads (written
             at <d>, zeroed at <g>, read at pk), gs (group state, 2 slots: E, R, writes?)
-  L2 MLP    rf_addr = 16 pk + R, rf_we[J] = cv and writes? and E[J]
+  L2 MLP    rf_addr = 16 pk + R, rf_we[J] = [token commits] and writes? and E[J]
   L3 mixer  rf: 4 lanes x 32 slots x 32 bits, write-only (read from the cache)
 
     rf = build_rf_machine(config)       # a Qwen3.5 text config or shapes dict
@@ -191,29 +194,27 @@ def build_rf_machine(config) -> RFMachine:
     gk = c.input(bits("gk", 1), default=0)              # <g>: K
     ge = c.input(bits("ge", LANES), default=0)          # <g>: E
     gsf = c.input(bits("gsf", 1), default=0)            # <g>: S
-    f0 = c.input(bits("f0", 1), default=0)              # 1 at <g 0>
     dsel = c.input(onehot("dsel", LANES * CHUNKS + 1), default=LANES * CHUNKS)   # <d>: 3 J + C
     xlo = c.input(bits("xlo", 10), default=0)           # <d>: X bits 0..9
     xhi = c.input(bits("xhi", 1), default=0)            # <d>: X bit 10
 
     is_g = hot["g0"] + hot["g1"]
-    # L0 mixer: program, current group, group-0-issued
+    # L0 mixer: program, current group
     prog = B.banked_memory(c, "prog", PCS, 5, (pa, pb), (pa, pb), [preg, pwf], we=hot["pd"])
     instr = prog.outputs[0]                             # bits 0-3: R, bit 4: writes
     curg = B.memory(c, "curg", 1, 2, 0, 0, [[gk, gsf]], we=is_g).outputs[0]
-    first0 = B.memory(c, "first0", 1, 1, 0, 0, f0, we=hot["wi"] + hot["g0"]).outputs[0]
 
     # L0 MLP: control bits
     ck = c.new_field(bits("ck", 1))      # the current group's K (the chunk heads' write slot)
     pk = c.new_field(bits("pk", 1))      # the pending group's K (the commit's read slot)
-    ctl = c.new_field(dual("ctl", 2))    # 0: current S, 1: this token commits
+    cs = c.new_field(dual("cs", 1))      # the current group's S
     mb = MLPBuilder(c, "ctl")
     mb.threshold(ck, 0, curg.bit(0) - 0.5, 0.5)
     mb.threshold(pk, 0, curg.bit(0) + hot["wi"] + hot["end"] - 1.5, 0.5)
-    mb.threshold(ctl, 0, curg.bit(1) - 0.5, 0.5)
-    mb.threshold(ctl, 1, 2.0 * (hot["wi"] + hot["end"]) + hot["g1"] + first0.bit(0) - 1.5, 0.5)
+    mb.threshold(cs, 0, curg.bit(1) - 0.5, 0.5)
     mb.build()
-    cur_s, commit = ctl.bit(0), ctl.bit(1)
+    cur_s = cs.bit(0)
+    commit = hot["g1"] + hot["wi"] + hot["end"]       # 0/1, from the embedding
 
     # L1: the current instruction (placed before the chunk heads so it gets layer 1)
     cinst = B.memory(c, "cinst", 1, 5, 0, 0, instr, we=hot["wi"]).outputs[0]
@@ -255,7 +256,7 @@ def build_rf_machine(config) -> RFMachine:
     for k in range(GROUPS):
         for e in range(1 << LANES):
             for sf in (0, 1):
-                c.token(tok_g(k, e, sf), kind=KINDS.index(f"g{k}"), gk=k, ge=e, gsf=sf, f0=int(k == 0))
+                c.token(tok_g(k, e, sf), kind=KINDS.index(f"g{k}"), gk=k, ge=e, gsf=sf)
     for j in range(LANES):
         for ch in range(CHUNKS):
             for x in range(1 << chunk_bits(ch)):
