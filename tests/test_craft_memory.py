@@ -39,3 +39,102 @@ def test_grouped_value_heads_share_keys():
     cfg = dict(TINY, linear_num_key_heads=4, linear_num_value_heads=8)     # 2 value heads per key head
     res, comp = run_memory(config=cfg, slots=16, wbits=32, lanes=3, seed=3, T=192)
     _assert_exact(res)
+
+
+def _banked_circuit(slots, wbits, config):
+    from gpu_layers.craft import blocks as B
+    from gpu_layers.craft.assemble import compile_circuit
+    from gpu_layers.craft.circuit import Circuit
+    from gpu_layers.craft.fields import bits, dual
+    nlo = config["linear_key_head_dim"].bit_length() - 1
+    nhi = max(1, (-(-slots // (1 << nlo)) - 1).bit_length())
+    c = Circuit("banked")
+    f = {n: c.input(bits(n, k)) for n, k in (("wlo", nlo), ("whi", nhi), ("rlo", nlo), ("rhi", nhi), ("d", wbits))}
+    we = c.input(dual("we", 1))
+    blk = B.banked_memory(c, "m", slots, wbits, (f["wlo"], f["whi"]), (f["rlo"], f["rhi"]), f["d"], we=we.bit(0))
+    return compile_circuit(c, config), blk, 1 << nlo
+
+
+def test_banked_memory_more_slots_than_a_key_head():
+    """64 slots on 32-slot key heads: 2 banks (ports) in one mixer, the read selected by the bank
+    bits in the MLP. Random writes/reads over 64 slots, compared with a plain dict on both paths."""
+    import numpy as np
+    from gpu_layers.craft.testing import compare_outputs, encode_rows, run_paths
+    comp, blk, bank = _banked_circuit(64, 16, TINY)
+    assert bank == 32 and comp.num_layers == 1
+    assert sum(len(pl.mixer) for pl in comp.plans) == 2
+    rng = np.random.default_rng(7)
+    Bn, T = 24, 160
+    vals = {n: np.zeros((Bn, T), dtype=np.int64) for n in ("wlo", "whi", "rlo", "rhi", "d", "we")}
+    exp = np.zeros((Bn, T), dtype=np.int64)
+    for b in range(Bn):
+        mem, model = {}, blk.ref.__class__(blk.ref.bank_slots, blk.ref.banks, blk.ref.waddr, blk.ref.raddr,
+                                            blk.ref.data, blk.ref.outs)
+        hot = rng.integers(0, 64, 4)
+        for t in range(T):
+            wa = int(rng.choice(hot)) if rng.random() < 0.5 else int(rng.integers(64))
+            ra = wa if rng.random() < 0.3 else (int(rng.choice(hot)) if rng.random() < 0.6 else int(rng.integers(64)))
+            v = {"wlo": wa % 32, "whi": wa // 32, "rlo": ra % 32, "rhi": ra // 32,
+                 "d": int(rng.integers(0, 1 << 16)), "we": int(rng.random() < 0.4)}
+            if v["we"]:
+                mem[wa] = v["d"]
+            exp[b, t] = mem.get(ra, 0)
+            assert model.step({**v, "_we": v["we"]})["m"] == exp[b, t]
+            for n in vals:
+                vals[n][b, t] = v[n]
+    X = encode_rows(comp, {n: a.reshape(-1) for n, a in vals.items()}).reshape(Bn, T, -1)
+    for path, h in run_paths(comp, X).items():
+        wrong, margin = compare_outputs(comp, h, {"m": exp.reshape(-1)})["m"]
+        assert wrong == 0 and margin == 0, (path, wrong, margin)
+
+
+def test_write_only_port_is_read_from_the_cache_state():
+    """A write-only port (no read fields: the residual is not widened) holds exactly what a plain
+    dict model holds, decoded from the recurrent state in the transformers cache after a prefill
+    and after token-by-token decode (gpu_layers.craft.state)."""
+    import numpy as np
+    import torch
+    from transformers.cache_utils import DynamicCache
+    from gpu_layers.craft import blocks as B
+    from gpu_layers.craft.assemble import compile_circuit
+    from gpu_layers.craft.circuit import Circuit
+    from gpu_layers.craft.fields import bits, dual
+    from gpu_layers.craft.machine_model import as_inputs, build_machine_model
+    from gpu_layers.craft.state import max_rail_error, port_contents
+    from gpu_layers.craft.testing import encode_rows
+    c = Circuit("wo")
+    wa = c.input(bits("wa", 5))
+    d = [c.input(bits(f"d{l}", 40)) for l in range(2)]
+    we = [c.input(dual(f"we{l}", 1)) for l in range(2)]
+    B.memory(c, "wo", 32, 40, wa, None, d, we=[w.bit(0) for w in we], read=False)
+    comp = compile_circuit(c, TINY)
+    assert comp.machine.width == 1 + 5 + 80 + 4 + 1          # no read dims
+    place = comp.port("wo")
+    assert place.layer == 0 and [len(h) for h in place.heads] == [2, 2]    # 40 bits: 2 heads per lane
+    rng = np.random.default_rng(3)
+    Bn, T = 6, 150
+    vals = {n: rng.integers(0, 32, (Bn, T)) if n == "wa" else
+            (rng.integers(0, 1 << 40, (Bn, T)) if n.startswith("d") else (rng.random((Bn, T)) < 0.3).astype(int))
+            for n in ("wa", "d0", "d1", "we0", "we1")}
+    want = [[{} for _ in range(2)] for _ in range(Bn)]
+    for b in range(Bn):
+        for t in range(T):
+            for l in range(2):
+                if vals[f"we{l}"][b, t]:
+                    want[b][l][int(vals["wa"][b, t])] = int(vals[f"d{l}"][b, t])
+    X = encode_rows(comp, {n: a.reshape(-1) for n, a in vals.items()}).reshape(Bn, T, -1)
+    model = build_machine_model(comp.machine)
+    x = as_inputs(X, model)
+    with torch.no_grad():
+        pre = DynamicCache(config=model.config)
+        model.model(inputs_embeds=x, cache=pre, use_cache=True)
+        dec = DynamicCache(config=model.config)
+        for t in range(T):
+            model.model(inputs_embeds=x[:, t:t + 1], cache=dec, use_cache=True)
+    for cache in (pre, dec):
+        for b in range(Bn):
+            got = port_contents(cache, comp, "wo", batch=b)
+            for l in range(2):
+                assert {s: w for s, w in enumerate(got[l]) if w is not None} == want[b][l]
+        st = cache.get_recurrent_state(0)
+        assert max_rail_error(st, place, 0) < 1e-4

@@ -7,11 +7,14 @@ Modules
   circuit.py       Circuit (graph of stages over fields + machine vocabulary), MLPStage, MixerStage,
                    MemoryPort, Block, Cost
   blocks/          the block library: gate, threshold_gate, bitwise, equal, compare, mux, shift,
-                   adder (carry-lookahead, 3 stages), memory (DeltaNet ports), read_bits; MLPBuilder
-                   for custom threshold stages
+                   adder (carry-lookahead, 3 stages), memory (DeltaNet ports; read=False: write-only),
+                   banked_memory (more slots than a key head), read_bits; MLPBuilder for custom
+                   threshold stages
   assemble.py      compile_circuit(circuit, config) -> Compiled: passes validate -> schedule ->
                    track_norms -> write_layers -> vocabulary; Compiled.report() (per-layer budget table)
   compiled.py      CompiledMachine: the contract with the splice (fixed)
+  state.py         memory ports decoded from the recurrent state in the transformers cache
+                   (Compiled.port(name): a port's layer and value heads)
   machine_model.py build_machine_model(machine) -> stock Qwen3_5ForCausalLM (+ one inert attention layer):
                    the one machine-only builder (tests, benchmarks, demos, the splice's reference)
   machines.py      MACHINES: the compiled machines by name (`kl --machine`); build_machine(name, config)

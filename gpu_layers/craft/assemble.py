@@ -67,6 +67,30 @@ def port_heads(p: MemoryPort, s: Shapes) -> tuple[int, int]:
     return vh, -(-vh // s.group)
 
 
+def mixer_heads(pl: "LayerPlan", s: Shapes) -> list[tuple[MemoryPort, list[int], list[int]]]:
+    """(port, key head groups, value heads) of every port of a layer's mixer, as write_layer places
+    them: key group 0 (and its first value head) is the constant head, then the ports in order, each
+    on its own key groups; a port's value heads are lane-major (lane l: heads[l*hpw:(l+1)*hpw])."""
+    out, next_group = [], 1
+    for st in pl.mixer:
+        for p in st.ports:
+            nvh, ngr = port_heads(p, s)
+            groups = list(range(next_group, next_group + ngr))
+            next_group += ngr
+            heads = [h for g in groups for h in range(g * s.group, (g + 1) * s.group)][:nvh]
+            out.append((p, groups, heads))
+    return out
+
+
+@dataclass
+class PortPlacement:
+    """Where a memory port lives in the compiled layers: for reading its recurrent state."""
+    layer: int
+    port: MemoryPort
+    heads: list[list[int]]          # per lane: the value heads holding its word, low bits first
+    bits_per_head: int              # a head holds bits [k * bits_per_head, (k+1) * bits_per_head)
+
+
 @dataclass
 class LayerPlan:
     mixer: list = dc_field(default_factory=list)
@@ -109,6 +133,16 @@ class Compiled:
 
     def decode(self, name, raw):
         return self.layout.decode(name, raw)
+
+    def port(self, name: str) -> PortPlacement:
+        """The layer and value heads of the memory port `name` (its recurrent state: gpu_layers.craft.state)."""
+        for L, pl in enumerate(self.plans):
+            for p, _, heads in mixer_heads(pl, self.shapes):
+                if p.name == name:
+                    hpw = len(heads) // p.lanes
+                    return PortPlacement(L, p, [heads[l * hpw:(l + 1) * hpw] for l in range(p.lanes)],
+                                         self.shapes.linear_value_head_dim // 2)
+        raise KeyError(f"no memory port named {name!r}")
 
     def step_ranges(self) -> dict[str, float]:
         """Per MLP stage: the largest max|t|/margin of its steps (see Step.range)."""
@@ -315,46 +349,43 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
         bb[vh0, one] = P.BETA_G
         z[vh0 * dv + 0, one] = P.Z_GAIN
         comp = -0.5 / (math.sqrt(dv) * P.Z_GAIN)
-        next_group = 1
         bph = dv // 2
-        for st in pl.mixer:
-            for p in st.ports:
-                nvh, ngr = port_heads(p, s)
-                groups = list(range(next_group, next_group + ngr))
-                next_group += ngr
-                heads = [h for g in groups for h in range(g * s.group, (g + 1) * s.group)][:nvh]
-                qrows = _addr_rows(p.raddr, dk, one, W)
-                krows = _addr_rows(p.waddr, dk, one, W)
-                for g in groups:
-                    for j in range(dk):
-                        qkv[g * dk + j] = qrows[j]
-                        qkv[kd + g * dk + j] = krows[j]
-                hpw = nvh // p.lanes
-                for lane in range(p.lanes):
-                    dbits, outf = p.data_bits(lane), p.out[lane]
-                    for h in range(hpw):
-                        vh = heads[lane * hpw + h]
-                        lo, hi = h * bph, min(p.wbits, (h + 1) * bph)
-                        nbh = hi - lo
-                        kappa = 1.0 / (math.sqrt(dv / nbh) * P.Z_GAIN)
-                        for i in range(lo, hi):
-                            ip = i - lo
-                            rp, rn = 2 * kd + vh * dv + 2 * ip, 2 * kd + vh * dv + 2 * ip + 1
-                            # bits: +-100 x -> silu -> (100, -0); dual / rail3: 100 * (bit, not-bit)
-                            qkv[rp] = _row(dbits[i][0], one, W, P.KEY_L)
-                            qkv[rn] = _row(dbits[i][1], one, W, P.KEY_L)
-                            zr = _row(p.re, one, W, P.Z_GAIN) if p.re is not None else _row(Lin({}, 1.0), one, W, P.Z_GAIN)
-                            z[vh * dv + 2 * ip] = zr
-                            z[vh * dv + 2 * ip + 1] = zr
-                            A, B = outf.start + 2 * i, outf.start + 2 * i + 1
-                            out_proj[A, vh * dv + 2 * ip] += kappa
-                            out_proj[B, vh * dv + 2 * ip + 1] += kappa
-                            out_proj[A, vh0 * dv] += comp
-                            out_proj[B, vh0 * dv] += comp
-                        we = p.we[lane]
-                        bb[vh] = _row(we - 0.5, one, W, 2 * P.BETA_G) if we is not None else _row(Lin({}, 1.0), one, W, P.BETA_G)
-                        if p.reset is not None:
-                            aa[vh] = _row(p.reset, one, W, P.RESET_A)
+        for p, groups, heads in mixer_heads(pl, s):
+            nvh = len(heads)
+            qrows = _addr_rows(p.raddr, dk, one, W)
+            krows = _addr_rows(p.waddr, dk, one, W)
+            for g in groups:
+                for j in range(dk):
+                    qkv[g * dk + j] = qrows[j]
+                    qkv[kd + g * dk + j] = krows[j]
+            hpw = nvh // p.lanes
+            for lane in range(p.lanes):
+                dbits, outf = p.data_bits(lane), (p.out[lane] if p.out else None)
+                for h in range(hpw):
+                    vh = heads[lane * hpw + h]
+                    lo, hi = h * bph, min(p.wbits, (h + 1) * bph)
+                    nbh = hi - lo
+                    kappa = 1.0 / (math.sqrt(dv / nbh) * P.Z_GAIN)
+                    for i in range(lo, hi):
+                        ip = i - lo
+                        rp, rn = 2 * kd + vh * dv + 2 * ip, 2 * kd + vh * dv + 2 * ip + 1
+                        # bits: +-100 x -> silu -> (100, -0); dual / rail3: 100 * (bit, not-bit)
+                        qkv[rp] = _row(dbits[i][0], one, W, P.KEY_L)
+                        qkv[rn] = _row(dbits[i][1], one, W, P.KEY_L)
+                        if outf is None:         # write-only port: z = 0, the head's output is exactly 0
+                            continue
+                        zr = _row(p.re, one, W, P.Z_GAIN) if p.re is not None else _row(Lin({}, 1.0), one, W, P.Z_GAIN)
+                        z[vh * dv + 2 * ip] = zr
+                        z[vh * dv + 2 * ip + 1] = zr
+                        A, B = outf.start + 2 * i, outf.start + 2 * i + 1
+                        out_proj[A, vh * dv + 2 * ip] += kappa
+                        out_proj[B, vh * dv + 2 * ip + 1] += kappa
+                        out_proj[A, vh0 * dv] += comp
+                        out_proj[B, vh0 * dv] += comp
+                    we = p.we[lane]
+                    bb[vh] = _row(we - 0.5, one, W, 2 * P.BETA_G) if we is not None else _row(Lin({}, 1.0), one, W, P.BETA_G)
+                    if p.reset is not None:
+                        aa[vh] = _row(p.reset, one, W, P.RESET_A)
 
     # ---- MLP: threshold steps + one bias neuron ---------------------------------------------
     k = 0

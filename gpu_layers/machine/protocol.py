@@ -55,6 +55,15 @@ def _dst_columns(prog, ins):
     return out
 
 
+def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
+    """{machine PC: [(register name, bits)]} of the registers each instruction of machine code
+    `kernel` writes back (what its <d> tokens carry, in order); [] for none."""
+    from gpu_layers.interp.machine import program_for
+
+    prog = program_for(kernel)
+    return {pc: [(prog.colnames[c], w) for c, w in _dst_columns(prog, ins)] for pc, ins in enumerate(prog.code)}
+
+
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
                  step_budget=None) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).

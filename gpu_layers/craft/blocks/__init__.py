@@ -3,7 +3,7 @@ outputs, cost, a Python reference `ref`). See each module's docstring for the co
 from .arith import adder, prefix_adder
 from .base import MLPBuilder, symmetric_terms
 from .logic import bitwise, compare, equal, gate, mux, shift, threshold_gate
-from .memory import MemoryModel, memory, read_bits
+from .memory import BankedMemoryModel, MemoryModel, banked_memory, memory, read_bits
 
 __all__ = ["adder", "prefix_adder", "bitwise", "compare", "equal", "gate", "mux", "shift", "threshold_gate",
-           "memory", "read_bits", "MemoryModel", "MLPBuilder", "symmetric_terms"]
+           "memory", "banked_memory", "read_bits", "MemoryModel", "BankedMemoryModel", "MLPBuilder", "symmetric_terms"]

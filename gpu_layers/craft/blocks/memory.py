@@ -24,12 +24,16 @@ from .base import MLPBuilder, finish, out_field
 
 def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
            data, we: list | Lin | None = None, re: Lin | None = None,
-           reset: Lin | None = None, lanes: int | None = None):
+           reset: Lin | None = None, lanes: int | None = None, read: bool = True):
     """A memory port. Addresses: a onehot field, a binary (bits / rail3) field, an int (a constant
     slot) or None (slot 0). `data`: one entry per lane (a single field = one lane); an entry is a
     field or a list of fields whose bits are concatenated (low bits first) (bits, dual or rail3; an absent rail3
     stores 0s). `we`: one 0/1 Lin per lane (or one for all, or None = always write). Returns the
-    block, whose outputs are the rail3 read fields `name_r{lane}` (`name_r` for one lane)."""
+    block, whose outputs are the rail3 read fields `name_r{lane}` (`name_r` for one lane).
+
+    read=False: a write-only port (no read fields, no residual dims; raddr must be None): its
+    contents live only in the layer's recurrent state, read from the cache by the inspection API
+    (gpu_layers.craft.state)."""
     data = [data] if isinstance(data, Field) else list(data)
     lanes = lanes or len(data)
     if len(data) != lanes:
@@ -58,7 +62,10 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
                 raise CircuitError(f"memory {name}: {what} address of {f.n} bits needs {1 << f.n} slots")
         else:
             raise CircuitError(f"memory {name}: {what} address must be onehot or bits")
-    outs = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits) for l in range(lanes)]
+    if not read and (raddr is not None or re is not None):
+        raise CircuitError(f"memory {name}: a write-only port takes no read address or read enable")
+    outs = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits)
+            for l in range(lanes)] if read else []
     port = MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, outs)
     st = MixerStage(name, [port], outs)
     c.add_stage(st)
@@ -98,7 +105,7 @@ class MemoryModel:
                     sh += f.n
                 self.mem[l][wa] = word
         out = {}
-        for l in range(p.lanes):
+        for l in range(len(p.out)):
             out[p.out[l].name] = self.mem[l].get(ra) if v.get("_re", 1) else None
         return out
 
@@ -128,3 +135,77 @@ def read_bits(c: Circuit, r: Field, name: str | None = None, enc: str = "bits", 
 
     outs = [out] + ([pres] if pres is not None else [])
     return finish(c, name, "read_bits", [r], outs, [st], ref, {"n": r.n})
+
+
+def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, raddr: tuple, data,
+                  we: Lin | None = None, with_present: bool = False):
+    """A one-lane memory of more slots than a key head has, split into banks (one port each).
+    `data`: a field or a list of fields (concatenated, low bits first) of wbits bits in all.
+
+    Addresses are pairs (low, bank): `low` a binary field (bits / rail3) of the slot inside a bank
+    (a bank has 2**low.n slots), `bank` a binary field (bits / dual / rail3) of the bank index, or
+    None when one bank holds every slot. A write goes to the addressed bank only (per-bank write
+    enable we + [bank == b] - 1); every bank reads at the low address, and one MLP stage selects
+    the addressed bank's word (absent reads as 0). Output: a `bits` field `name` (plus a dual
+    `name_present` with with_present). Cost: ceil(slots / 2**low.n) ports in one mixer, then
+    2 * wbits * banks neurons (one bank: read_bits)."""
+    from .logic import _select_term, mux
+
+    (wlo, whi), (rlo, rhi) = waddr, raddr
+    if wlo.n != rlo.n:
+        raise CircuitError(f"banked memory {name}: read and write low addresses differ in width")
+    bank_slots = 1 << wlo.n
+    banks = -(-slots // bank_slots)
+    if banks > 1 and (whi is None or rhi is None or (1 << min(whi.n, rhi.n)) < banks):
+        raise CircuitError(f"banked memory {name}: {banks} banks need a bank address field")
+    fields = data if isinstance(data, list) else [data]
+    ports = []
+    for b in range(banks):
+        web = we
+        if banks > 1:
+            sel, cnt = _select_term(whi, b)
+            web = (we if we is not None else Lin({}, 1.0)) + sel - float(cnt)
+        ports.append(memory(c, f"{name}_b{b}" if banks > 1 else f"{name}_m", min(bank_slots, slots), wbits,
+                            wlo, rlo, [fields], we=web))
+    reads = [p.outputs[0] for p in ports]
+    if banks == 1:
+        out = read_bits(c, reads[0], name=name, with_present=with_present)
+    else:
+        if with_present:
+            raise CircuitError("banked memory: with_present is only implemented for one bank")
+        out = mux(c, rhi, reads, name=name)
+    blk = finish(c, name, "banked_memory", [f for f in (wlo, whi, rlo, rhi) if f is not None],
+                 list(out.outputs), [st for p in ports for st in p.stages] + list(out.stages), None,
+                 {"slots": slots, "wbits": wbits, "banks": banks, "bank_slots": bank_slots})
+    blk.ref = BankedMemoryModel(bank_slots, banks, waddr, raddr, fields, out.outputs)
+    return blk
+
+
+class BankedMemoryModel:
+    """The Python definition of a banked memory: call step(values) once per token, in order.
+    values: logical values of the address and data fields ({name: int}) plus '_we' (0/1); returns
+    {output name: word} (absent words read as 0; `present` 0/1 when the block has it)."""
+
+    def __init__(self, bank_slots, banks, waddr, raddr, data, outs):
+        self.bank_slots, self.banks = bank_slots, banks
+        self.waddr, self.raddr, self.outs = waddr, raddr, outs
+        self.data = data
+        self.mem = {}
+
+    def _addr(self, pair, v):
+        lo, hi = pair
+        bank = int(v[hi.name]) if hi is not None and self.banks > 1 else 0
+        return bank * self.bank_slots + int(v[lo.name])
+
+    def step(self, v: dict) -> dict:
+        if v.get("_we", 1):
+            word, sh = 0, 0
+            for f in self.data:
+                word |= int(v[f.name]) << sh
+                sh += f.n
+            self.mem[self._addr(self.waddr, v)] = word
+        got = self.mem.get(self._addr(self.raddr, v))
+        out = {self.outs[0].name: got or 0}
+        if len(self.outs) > 1:
+            out[self.outs[1].name] = int(got is not None)
+        return out

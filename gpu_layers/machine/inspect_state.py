@@ -1,0 +1,80 @@
+"""The state-inspection API: the register file read out of the model's recurrent state.
+
+The v0 register file (gpu_layers.machine.rf_circuit) is a write-only DeltaNet memory: per lane J a
+value head whose state row 16 K + R holds register R of thread 4 K + J, dual rail (gpu_layers.craft.
+state). Nothing in the model reads it yet; this module is how a host (or a test) sees it:
+
+    regs = read_registers(cache, rf)                         # after the tokens fed so far
+    regs[(thread, reg)]  -> int (the 32-bit value) or None (never written)
+    states = registers_at(model, rf, ids, positions, path="prefill" | "decode")
+
+Scope v0: 8 threads, 16 registers of 32 bits (see rf_circuit's docstring).
+"""
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from gpu_layers.craft.state import read_port_state, recurrent_state
+from gpu_layers.machine.rf_circuit import GROUPS, LANES, REGS, RF_PORT
+
+
+def _compiled(machine):
+    return getattr(machine, "compiled", machine)
+
+
+def read_registers(source, machine, batch: int = 0, strict: bool = True) -> dict[tuple[int, int], int | None]:
+    """{(thread, register): value or None} for every thread and register of the v0 register file.
+
+    source: the transformers cache after the tokens of interest (a DynamicCache, a model output with
+    `.cache`, or {layer: recurrent state tensor}); machine: the RFMachine (or its Compiled).
+    strict: raise gpu_layers.craft.state.StateDecodeError on any rail that is not a clean code."""
+    comp = _compiled(machine)
+    place = comp.port(RF_PORT)
+    words = read_port_state(recurrent_state(source, place.layer), place, batch, strict)
+    out = {}
+    for k in range(GROUPS):
+        for j in range(LANES):
+            for r in range(REGS):
+                out[(LANES * k + j, r)] = words[j][REGS * k + r]
+    return out
+
+
+def written(regs: dict) -> dict:
+    """Only the registers that hold a value."""
+    return {k: v for k, v in regs.items() if v is not None}
+
+
+@torch.no_grad()
+def registers_at(model, machine, ids: list[int], positions, path: str = "prefill",
+                 strict: bool = True) -> dict[int, dict]:
+    """The register file after each position in `positions` (0-based token indices into ids).
+
+    path 'decode': one token per forward with the cache (the recurrent delta rule); 'prefill': the
+    stream fed in segments ending at each position, each segment one multi-token forward continuing
+    the cache (the chunked delta rule, with the previous segment's state as its initial state; the
+    first segment is a plain prefill; a segment of one token takes the recurrent rule, as stock
+    transformers does). model: a Qwen3_5ForCausalLM (its decoder stack runs; logits are not needed)."""
+    want = sorted(set(int(p) for p in positions))
+    if want and (want[0] < 0 or want[-1] >= len(ids)):
+        raise IndexError("positions outside the token stream")
+    dev = next(model.parameters()).device
+    base = getattr(model, "model", model)       # the decoder stack: the state needs no LM head
+    cache = DynamicCache(config=model.config)
+    out = {}
+    if path == "decode":
+        wanted = set(want)
+        for t in range(want[-1] + 1 if want else 0):
+            base(input_ids=torch.tensor([[ids[t]]], device=dev), cache=cache, use_cache=True)
+            if t in wanted:
+                out[t] = read_registers(cache, machine, strict=strict)
+    elif path == "prefill":
+        start = 0
+        for p in want:
+            seg = torch.tensor([ids[start:p + 1]], device=dev)
+            base(input_ids=seg, cache=cache, use_cache=True)
+            out[p] = read_registers(cache, machine, strict=strict)
+            start = p + 1
+    else:
+        raise ValueError(f"unknown path {path!r} (prefill or decode)")
+    return out
