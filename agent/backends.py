@@ -1,0 +1,103 @@
+"""Where a validated kernel runs: a pluggable backend, chosen by one option and recorded per attempt.
+
+    backend = get_backend("auto" | "interp" | "model")
+    result = backend.run(ptx, entry, grid, block, dynamic_shared_bytes, args, step_budget)
+
+* `interp`: the reference SIMT interpreter (gpu_layers.interp, through its public run_case API).
+  It is the definition of the machine, so a run that completes is exact by definition.
+* `model`: the compiled machine inside the spliced checkpoint (the model generates the execution
+  trace itself). It does not exist yet: asking for it raises BackendUnavailable with a clear message.
+* `auto`: the model backend when it is available, else the interpreter.
+
+`args` are the launch's arguments in parameter order: numpy arrays (global buffers, in the
+interpreter's storage dtypes) or (type, value) scalar pairs ("i32", "u32", "i64", "u64", "f32").
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gpu_layers.errors import QwenGPUError
+
+BACKENDS = ("auto", "interp", "model")
+
+
+class BackendUnavailable(QwenGPUError):
+    """The requested backend cannot run on this installation (yet)."""
+
+
+@dataclass
+class RunOutput:
+    buffers: list            # per argument: numpy array after the launch (None for scalars)
+    steps: int               # trace length: warp-instruction steps
+    lane_issues: int
+    fingerprint: str         # sha256 of the step trace
+    seconds: float
+    tokens: int | None = None         # machine tokens generated (model backend only)
+    exact: bool | None = None         # trace/outputs equal the interpreter's prediction
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        if self.tokens is None or self.seconds <= 0:
+            return None
+        return self.tokens / self.seconds
+
+
+class Backend:
+    name = "?"
+
+    def run(self, ptx: str, entry: str, grid, block, dynamic_shared_bytes: int, args: list,
+            step_budget: int) -> RunOutput:
+        raise NotImplementedError
+
+
+class InterpreterBackend(Backend):
+    """The reference interpreter (4 machine lanes)."""
+    name = "interp"
+
+    def __init__(self, lanes: int = 4):
+        self.lanes = lanes
+
+    def run(self, ptx, entry, grid, block, dynamic_shared_bytes, args, step_budget):
+        from gpu_layers.cases import Case, CaseArg
+        from gpu_layers.interp import run_case
+
+        cargs = []
+        for i, a in enumerate(args):
+            if isinstance(a, tuple):
+                t, v = a
+                cargs.append(CaseArg(f"arg{i}", t, value=v))
+            else:
+                cargs.append(CaseArg(f"arg{i}", {"int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+                                                  "float32": "f32"}[str(a.dtype)] + "*", data=a, output=True))
+        case = Case(name=f"agent:{entry}", kernel=entry, grid=tuple(grid), block=tuple(block), args=cargs,
+                    dynamic_shared_bytes=dynamic_shared_bytes, ptx_text=ptx)
+        t0 = time.perf_counter()
+        res = run_case(case, lanes=self.lanes, step_budget=step_budget)
+        dt = time.perf_counter() - t0
+        buffers = [res.buffers.get(f"arg{i}") if not isinstance(a, tuple) else None for i, a in enumerate(args)]
+        return RunOutput(buffers=buffers, steps=res.steps, lane_issues=res.lane_issues, fingerprint=res.fingerprint,
+                         seconds=dt, tokens=None, exact=True)
+
+
+class ModelBackend(Backend):
+    """The compiled SIMT machine inside the spliced checkpoint: not built yet."""
+    name = "model"
+
+    @staticmethod
+    def available() -> bool:
+        return False
+
+    def __init__(self, *args, **kwargs):
+        raise BackendUnavailable(
+            "backend 'model' is not available yet: the compiled SIMT machine (PTX lowered to machine tokens "
+            "that the spliced checkpoint executes) has not been built in this version of qwenGPU. Use "
+            "--backend interp (the reference interpreter) or --backend auto.")
+
+
+def get_backend(name: str = "auto") -> Backend:
+    if name not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    if name == "interp" or (name == "auto" and not ModelBackend.available()):
+        return InterpreterBackend()
+    return ModelBackend()
