@@ -236,7 +236,8 @@ def solve_html(view) -> str:
     if view.error:
         parts.append(error_html(view.error[0], view.error[1], where="advanced"))
     if view.summary:
-        parts.append(f'<div class="qg-box" data-done="true" data-solved="{E(str(view.solved).lower())}">'
+        parts.append(f'<div class="qg-box" data-done="true" data-solved="{E(str(view.solved).lower())}" '
+                     f'data-run-id="{E(view.run_id or "")}" data-attempts="{len(view.attempts)}">'
                      f'<b>{E(view.summary)}</b></div>')
     return "".join(parts) or '<div class="qg-small">No attempts yet.</div>'
 

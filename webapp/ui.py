@@ -256,7 +256,7 @@ def build_app(limits: Limits | None = None, db_path: str | None = None) -> gr.Bl
     model_group = dict(concurrency_limit=limits.model_concurrency, concurrency_id="model")
     with gr.Blocks(title="qwenGPU", analytics_enabled=False) as demo:
         gr.Markdown(INTRO)
-        with gr.Accordion("Model", open=False):
+        with gr.Accordion("Model", open=False, elem_id="model-accordion"):
             allowed = allowed_models(limits)
             gr.Markdown(
                 "The model that writes CUDA in Advanced mode (and, once the compiled machine exists, the host it "
