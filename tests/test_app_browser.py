@@ -254,6 +254,10 @@ def test_advanced_mode_streams_attempts_and_updates_the_results_plot(session, se
         rows = c.execute("SELECT attempt, verdict, executed_exactly, correct FROM attempts WHERE run_id = ? "
                          "ORDER BY attempt", (run_id,)).fetchall()
     assert rows == [(1, "wrong", 1, 0), (2, "correct", 1, 1)]
+    with s.page.expect_download() as dl:           # CSV export of every attempt
+        s.page.click("#csv-attempts")
+    csv = Path(dl.value.path()).read_text()
+    assert csv.splitlines()[0].startswith("id,run_id,") and csv.count(run_id) == 2
 
 
 def test_inside_view_steps_through_the_run(session):

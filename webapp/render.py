@@ -239,7 +239,7 @@ def solve_html(view) -> str:
         parts.append(f'<div class="qg-box" data-done="true" data-solved="{E(str(view.solved).lower())}" '
                      f'data-run-id="{E(view.run_id or "")}" data-attempts="{len(view.attempts)}">'
                      f'<b>{E(view.summary)}</b></div>')
-    return "".join(parts) or '<div class="qg-small">No attempts yet.</div>'
+    return "".join(parts) or '<div class="qg-small" data-running="true">starting ...</div>'
 
 
 # --------------------------------------------------------------------------------------- inside

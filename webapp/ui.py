@@ -32,6 +32,7 @@ log = logging.getLogger("qwengpu.app")
 BACKEND_INTERP = "Interpreter (reference + machine-code oracle)"
 BACKEND_MODEL = "Compiled model inside Qwen (not built yet)"
 POLL_S = 0.25
+RUNNING = '<div class="qg-small" data-running="true">running ...</div>'
 
 INTRO = """# qwenGPU
 **A language model that will run real CUDA inside its own forward passes.** Write or pick a CUDA kernel;
@@ -97,6 +98,7 @@ class Handlers:
             return run_prepared(prep, self.limits, progress, cancel.is_set)
 
         job = Job(work)
+        yield render.progress_html(progress), RUNNING
         for _ in _poll(job, cancel, lambda: None):
             yield render.progress_html(progress), gr.update()
         if job.error is not None:
@@ -143,6 +145,7 @@ class Handlers:
             return {"rec": rec, "kind": kind, "lowered": prep.lowered is not None}
 
         job = Job(work)
+        yield render.progress_html(progress), gr.update(), RUNNING, None
         for _ in _poll(job, cancel, lambda: None):
             yield render.progress_html(progress), gr.update(), gr.update(), None
         if job.error is not None:
@@ -211,7 +214,8 @@ class Handlers:
         view = SolveView()
         cancel = threading.Event()
         job = Job(solve, spec, task_name, statement, attempts, self.limits, view, cancel.is_set, self.db_path)
-        last = -1
+        yield render.solve_html(view)
+        last = 0
         try:
             while not job.done.wait(POLL_S):
                 if view.version != last:
@@ -321,7 +325,7 @@ def build_app(limits: Limits | None = None, db_path: str | None = None) -> gr.Bl
                     bar_within = gr.BarPlot(x="task", y="within N", title="success within N attempts", y_lim=[0, 1],
                                             elem_id="plot-within", height=260)
                 line = gr.LinePlot(x="time", y="rate", color="metric", title="over time (running rates)",
-                                   y_lim=[0, 1], elem_id="plot-time", height=260)
+                                   y_lim=[0, 1], elem_id="plot-time", height=260, x_axis_format="%b %d %H:%M")
                 table = gr.Dataframe(elem_id="results-table", interactive=False, wrap=True)
                 with gr.Row():
                     csv_table = gr.DownloadButton("Download this table (CSV)", elem_id="csv-table")
