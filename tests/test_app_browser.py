@@ -209,6 +209,20 @@ def _bars(page, elem_id):
     return page.eval_on_selector_all(f"#{elem_id} [aria-roledescription=bar]", "els => els.map(e => e.getAttribute('aria-label'))")
 
 
+def _wait(s, server, selector, what, timeout_ms=45_000):
+    """Wait for a selector; on timeout fail with what the page and the server show (for diagnosis)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        s.page.wait_for_selector(selector, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        shot = server.log.with_name(f"failure-{int(time.time())}.png")
+        s.page.screenshot(path=str(shot), full_page=True)
+        pytest.fail(f"{what}: {selector!r} not found in {timeout_ms / 1000:.0f} s; results summary "
+                    f"{s.page.inner_text('#results-summary')!r}; bars {_bars(s.page, 'plot-within')}; "
+                    f"screenshot {shot}; server log: {server.log.read_text()[-3000:]}")
+
+
 def _use_scripted(s):
     """Choose the scripted model in the Model panel and load it (the server names what it loaded)."""
     s.page.click("#model-accordion .label-wrap")
@@ -246,8 +260,9 @@ def test_advanced_mode_streams_attempts_and_updates_the_results_plot(session, se
     text = s.page.inner_text("#solve-out")
     assert "executed exactly" in text and "The code the model wrote" in text and "gcd_pairs" in text
     s.tab("Results")
-    s.page.wait_for_function("() => [...document.querySelectorAll('#plot-within [aria-roledescription=bar]')]"
-                             ".some(e => (e.getAttribute('aria-label') || '').includes('gcd_pairs'))")
+    _wait(s, server, "#results-summary [data-outcomes='1']", "the Results tab did not refresh after the solve")
+    _wait(s, server, "#plot-within [aria-roledescription=bar][aria-label*=gcd_pairs]",
+          "the within-N plot did not gain the task's bar")
     assert "task: gcd_pairs; within N: 1" in _bars(s.page, "plot-within")
     assert "task: gcd_pairs; first try: 0" in _bars(s.page, "plot-first")
     with sqlite3.connect(server.db) as c:

@@ -70,6 +70,29 @@ def _poll(job: Job, cancel: threading.Event, render_fn):
         raise
 
 
+_CSV_ROOT: list = []
+CSV_KEEP_S = 600
+
+
+def _csv_dir() -> str:
+    """A fresh folder for one refresh's CSV files under one per-process folder; folders older than
+    CSV_KEEP_S are removed (Gradio has copied them into its own cache by then)."""
+    import shutil
+
+    if not _CSV_ROOT:
+        _CSV_ROOT.append(tempfile.mkdtemp(prefix="qwengpu-csv-"))
+    root = _CSV_ROOT[0]
+    now = time.time()
+    for name in os.listdir(root):
+        p = os.path.join(root, name)
+        try:
+            if now - os.path.getmtime(p) > CSV_KEEP_S:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
+    return tempfile.mkdtemp(dir=root)
+
+
 # ------------------------------------------------------------------------------------------ handlers
 
 
@@ -236,7 +259,7 @@ class Handlers:
         path = self.db_path or os.environ.get("QWENGPU_RESULTS_DB") or "results.db"
         out, att = R.outcomes(path), R.attempts(path)
         table = R.rates(out, att, by)
-        tmp = tempfile.mkdtemp(prefix="qwengpu-csv-")
+        tmp = _csv_dir()
         tpath = os.path.join(tmp, f"success_rates_by_{by.replace(' ', '_')}.csv")
         apath = os.path.join(tmp, "attempts.csv")
         table.to_csv(tpath, index=False)
@@ -258,7 +281,7 @@ def build_app(limits: Limits | None = None, db_path: str | None = None) -> gr.Bl
     first = exs[DEFAULT_EXAMPLE]
     kernel_group = dict(concurrency_limit=limits.concurrency, concurrency_id="kernel")
     model_group = dict(concurrency_limit=limits.model_concurrency, concurrency_id="model")
-    with gr.Blocks(title="qwenGPU", analytics_enabled=False) as demo:
+    with gr.Blocks(title="qwenGPU", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown(INTRO)
         with gr.Accordion("Model", open=False, elem_id="model-accordion"):
             allowed = allowed_models(limits)
