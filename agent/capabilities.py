@@ -58,7 +58,7 @@ def supported_lines() -> list:
             d += ", conversions to and from float and the integers"
         out.append(d)
     mem = "memory: the kernel's pointer arguments (global memory), __shared__ arrays (static, or extern dynamic), " \
-          "local arrays inside a thread"
+          "local arrays inside a thread (up to 64 KB per thread)"
     if "ld.global.v4.f32" in S:
         mem += ", float2/float4/int4 vector loads and stores"
     out.append(mem)

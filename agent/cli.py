@@ -360,3 +360,5 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted (finished attempts are in the results database)", file=sys.stderr)
         return 130
+    except BrokenPipeError:          # e.g. `python -m agent tasks | head`
+        return 0

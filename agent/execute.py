@@ -29,14 +29,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpu_layers.errors import (
-    CaseError, CompileError, ExecutionError, LaunchError, PTXSyntaxError, QwenGPUError, StepBudgetExceeded,
-    UnsupportedPTX,
+    CaseError, CompileError, ExecutionError, LaunchError, PTXSyntaxError, QwenGPUError, UnsupportedPTX,
 )
 
 ARCH = "sm_75"
 MAX_DETAIL_LINES = 12
 MAX_OUTPUT_VALUES = 32          # per output buffer, in the record
 MAX_REASON_CHARS = 400
+# Local arrays live in the interpreter's memory once per thread: bound them (CUDA allows 512 KiB per
+# thread; a model-written `int a[1 << 24];` would otherwise allocate gigabytes before the first step).
+MAX_LOCAL_BYTES_PER_THREAD = 64 * 1024
 
 VERDICTS = ("correct", "wrong", "no_code", "compile_error", "unsupported", "signature_mismatch", "runtime_error",
             "unchecked", "internal_error")
@@ -203,7 +205,7 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
             found = [k.name for k in module.kernels.values() if k.is_entry]
             ev.verdict, ev.stage = "signature_mismatch", "signature"
             ev.reason = _short(f"no kernel named {want_name!r} (found: {', '.join(found) or 'no __global__ kernel'})")
-            ev.details = [ev.reason, f"declare it exactly as: {task.signature()}"]
+            ev.details = [ev.reason]
             return ev
     ev.entry = entry
     try:
@@ -216,9 +218,18 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
         ev.reason = _short(f"{len(e.problems)} unsupported construct(s): {e.problems[0]}")
         ev.details = _unsupported_details(e.problems, ptx)
         return ev
+    kir = module.kernel(entry)
+    local = sum(v.size for v in kir.vars if v.space == "local")
+    if local > MAX_LOCAL_BYTES_PER_THREAD:
+        ev.seconds["validate"] = time.perf_counter() - t0
+        ev.validate_ok = False
+        msg = (f"the kernel uses {local} bytes of local memory per thread (arrays inside the kernel); the limit "
+               f"is {MAX_LOCAL_BYTES_PER_THREAD} bytes")
+        ev.validate_problems = [msg]
+        ev.verdict, ev.reason, ev.details = "unsupported", msg, [msg]
+        return ev
     ev.seconds["validate"] = time.perf_counter() - t0
     ev.validate_ok = True
-    kir = module.kernel(entry)
     ev.warnings = fusion_warnings(kir)[:20]
     if task is None:
         ev.verdict, ev.stage = "unchecked", "validate"
@@ -229,7 +240,7 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
     if probs:
         ev.verdict, ev.stage = "signature_mismatch", "signature"
         ev.reason = _short(probs[0])
-        ev.details = probs + [f"declare it exactly as: {task.signature()}"]
+        ev.details = probs
         return ev
     # 4. run every input set, 5. check
     from agent.tasks.spec import from_storage
@@ -250,11 +261,9 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
             ev.run_error = _short(f"{kind}: {e}", 2000)
             ev.verdict = "runtime_error"
             ev.reason = _short(f"input set {s.name!r}: {kind}: {e}")
+            msg = _param_names(str(e), entry, task)
             ev.details = [f"On the input set {s.name} ({s.describe(task)}), launched with grid {list(s.grid)} "
-                          f"and block {list(s.block)}:", f"{kind}: {_short(str(e), 1200)}"]
-            if isinstance(e, StepBudgetExceeded):
-                ev.details.append(f"(the kernel ran more than {task.step_budget} warp-instruction steps: an "
-                                  f"endless loop?)")
+                          f"and block {list(s.block)}:", f"{kind}: {_short(msg, 1200)}"]
             ev.seconds["check"] = check_s
             return ev
         except QwenGPUError as e:
@@ -293,6 +302,13 @@ def _evaluate(code, task, backend, arch, extract_note) -> Evaluation:
     ev.verdict, ev.correct = "correct", True
     ev.reason = f"correct on all {len(sets)} input sets"
     return ev
+
+
+def _param_names(msg: str, entry: str, task) -> str:
+    """nvcc names parameters <entry>_param_<i>: say the task's names instead."""
+    for i, p in enumerate(task.params):
+        msg = msg.replace(f"'{entry}_param_{i}'", f"`{p.name}`").replace(f"{entry}_param_{i}", p.name)
+    return msg
 
 
 def _fault_kind(e) -> str:

@@ -156,7 +156,7 @@ def solve_task(task, model, backend, prompts, *, db, run_id: str, max_attempts: 
             ev = evaluate(extraction.code, task, backend, extract_note=extraction.note)
         done = ev.verdict in STOP_VERDICTS
         feedback = None if done or attempt == max_attempts else prompts.feedback(ev, task)
-        row = _attempt_row(run_id, task, name, statement if task is None else None, attempt, max_attempts, model,
+        row = _attempt_row(run_id, task, name, statement if task is None else task.statement, attempt, max_attempts, model,
                            backend, prompts, sent, gen, extraction, ev, feedback, started, t0)
         db.record_attempt(row)
         outcome.attempts.append((attempt, ev.verdict, ev.reason))

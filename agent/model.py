@@ -110,6 +110,7 @@ class ChatMLRenderer:
         self.im_start = tok.im_start_id
         self.im_end = tok.im_end_id
         self.eos_ids = [tok.im_end_id, tok.eod_id]
+        self.vocab_size = max(tok.decoder) + 1          # ids the BPE can decode (the model has padding rows past it)
 
     def _text(self, s: str) -> list:
         return self.tok.encode(s, allowed_special=set(), disallowed_special=())
@@ -127,7 +128,24 @@ class ChatMLRenderer:
         return ids
 
     def decode(self, ids: list) -> str:
-        return self.tok.decode([i for i in ids if i not in self.eos_ids])
+        return _decode_known(lambda run: self.tok.decode(run), [i for i in ids if i not in self.eos_ids],
+                             self.vocab_size)
+
+
+def _decode_known(decode, ids: list, vocab_size: int) -> str:
+    """Decode, writing ids the tokenizer does not know (unused embedding rows) as <|unknown:ID|>."""
+    out, run = [], []
+    for i in ids:
+        if 0 <= i < vocab_size:
+            run.append(i)
+            continue
+        if run:
+            out.append(decode(run))
+            run = []
+        out.append(f"<|unknown:{i}|>")
+    if run:
+        out.append(decode(run))
+    return "".join(out)
 
 
 class HFTemplateRenderer:
@@ -143,6 +161,7 @@ class HFTemplateRenderer:
         if hf_tok.eos_token_id is not None:
             eos.add(hf_tok.eos_token_id)
         self.eos_ids = sorted(eos)
+        self.vocab_size = len(hf_tok)
 
     def encode(self, messages: list, enable_thinking: bool = False) -> list:
         out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
@@ -152,7 +171,7 @@ class HFTemplateRenderer:
         return list(out)
 
     def decode(self, ids: list) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
+        return _decode_known(lambda run: self.tok.decode(run, skip_special_tokens=True), ids, self.vocab_size)
 
 
 # ---------------------------------------------------------------------------------------- the model
@@ -170,6 +189,9 @@ class HFChatModel(ChatModel):
         x = torch.tensor([ids], device=dev)
         kw = dict(max_new_tokens=s.max_new_tokens, eos_token_id=self.renderer.eos_ids,
                   pad_token_id=self.renderer.eos_ids[0], attention_mask=torch.ones_like(x))
+        rows = self.model.get_output_embeddings().weight.shape[0]
+        if rows > self.renderer.vocab_size:      # never emit a padding row the tokenizer cannot decode
+            kw["suppress_tokens"] = list(range(self.renderer.vocab_size, rows))
         if s.temperature > 0:
             kw.update(do_sample=True, temperature=s.temperature)
             if s.top_p is not None:
@@ -289,4 +311,7 @@ def load_model(spec: str | None = None, settings: Settings | None = None) -> HFC
         renderer = HFTemplateRenderer(AutoTokenizer.from_pretrained(str(ckpt)))
         info = {"model_id": spec, "revision": _revision_of(ckpt), "fingerprint": files_fingerprint(ckpt)}
     info["settings"] = settings.as_dict()
+    rows = model.get_output_embeddings().weight.shape[0]
+    if rows > renderer.vocab_size:
+        info["settings"]["suppressed_token_ids"] = f"{renderer.vocab_size}..{rows - 1} (rows the tokenizer lacks)"
     return HFChatModel(model.eval(), renderer, info, settings)

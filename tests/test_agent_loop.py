@@ -112,11 +112,11 @@ def test_wrong_double_is_caught_and_logged_as_wrong_on_every_attempt(db, prompts
             assert "output is wrong" in msgs[-1]["content"]
 
 
-@pytest.mark.skipif(HAS_F64, reason="f64 is supported here")
-def test_double_tasks_fail_honestly_without_f64(db, prompts):
+def test_double_tasks_with_the_reference_double(db, prompts):
+    """Without f64 the double tasks fail honestly at the validator; with it, they pass."""
     model = ScriptedModel(lambda task, attempt, msgs: fenced(get_task(task).reference_source()))
     _, summary = run_eval(DOUBLE_TASKS, model, get_backend("interp"), prompts, db=db, max_attempts=1, argv=["t"])
-    assert summary["verdicts"] == {"unsupported": len(DOUBLE_TASKS)}
+    assert summary["verdicts"] == {("correct" if HAS_F64 else "unsupported"): len(DOUBLE_TASKS)}
 
 
 def test_feedback_and_retries_until_solved(db, prompts):
@@ -166,6 +166,15 @@ def test_runtime_faults_are_named(db, prompts):
             '  if (i < n) c[i] = s[threadIdx.x];\n}\n'
     ev = evaluate(undef, t, get_backend())
     assert ev.verdict == "runtime_error" and "undefined" in ev.reason
+
+
+def test_huge_local_arrays_are_refused_before_running():
+    t = get_task("vec_add")
+    big = 'extern "C" __global__ void vec_add(const float* a, const float* b, float* c, int n) {\n' \
+          '  volatile float tmp[1 << 22];\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n' \
+          '  if (i < n) { tmp[i] = a[i]; c[i] = tmp[i] + b[i]; }\n}\n'
+    ev = evaluate(big, t, get_backend())
+    assert ev.verdict == "unsupported" and "local memory" in ev.reason
 
 
 def test_a_crashing_model_is_recorded_not_raised(db, prompts):

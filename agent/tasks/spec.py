@@ -108,7 +108,7 @@ def _show(arr, p: Param, limit: int) -> str:
         return s + (f"... ({len(b)} bytes)" if len(b) > 48 else "")
     vals = np.asarray(arr).tolist()
     body = ", ".join(_fmt(x) for x in vals[:limit])
-    return f"[{body}{', ...' if len(vals) > limit else ''}] ({len(vals)} elements)"
+    return f"[{body}{', ...' if len(vals) > limit else ''}] ({len(vals)} element{'s' if len(vals) != 1 else ''})"
 
 
 def _fmt(x) -> str:
