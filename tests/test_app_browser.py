@@ -218,20 +218,33 @@ def _wait(s, server, selector, what, timeout_ms=45_000):
     except PlaywrightTimeout:
         shot = server.log.with_name(f"failure-{int(time.time())}.png")
         s.page.screenshot(path=str(shot), full_page=True)
-        pytest.fail(f"{what}: {selector!r} not found in {timeout_ms / 1000:.0f} s; results summary "
-                    f"{s.page.inner_text('#results-summary')!r}; bars {_bars(s.page, 'plot-within')}; "
+        def text(sel, html=False):
+            return s.page.evaluate(f"() => {{ const e = document.querySelector({sel!r}); "
+                                   f"return e ? e.{'innerHTML' if html else 'textContent'} : null; }}")
+
+        pytest.fail(f"{what}: {selector!r} not found in {timeout_ms / 1000:.0f} s; model status "
+                    f"{text('#model-status', True)!r}; model field "
+                    f"{s.page.evaluate('() => document.querySelector(`#model-spec textarea`)?.value')!r}; "
+                    f"results summary {text('#results-summary')!r}; bars {_bars(s.page, 'plot-within')}; "
                     f"screenshot {shot}; server log: {server.log.read_text()[-3000:]}")
 
 
-def _use_scripted(s):
+def _use_scripted(s, server):
     """Choose the scripted model in the Model panel and load it (the server names what it loaded)."""
     s.page.click("#model-accordion .label-wrap")
     box = s.page.locator("#model-spec textarea")
     box.wait_for()
-    box.fill("scripted")
-    box.press("Tab")
+    # The panel mounts its field when first opened and then sets its initial value ("tiny"): a value
+    # typed before that lands is overwritten (seen under load), so type once it has landed, and check.
+    s.page.wait_for_function("() => document.querySelector('#model-spec textarea').value === 'tiny'")
+    for _ in range(5):
+        box.fill("scripted")
+        box.press("Tab")
+        time.sleep(0.3)
+        if box.input_value() == "scripted":
+            break
     s.page.click("#model-load")
-    s.page.wait_for_selector("#model-status [data-model=ready][data-spec=scripted]")
+    _wait(s, server, "#model-status [data-model=ready][data-spec=scripted]", "the scripted model did not load")
 
 
 def _solve(s, task, attempts=3):
@@ -254,7 +267,7 @@ def test_advanced_mode_streams_attempts_and_updates_the_results_plot(session, se
     s.tab("Results")
     s.page.wait_for_selector("#results-summary [data-outcomes]")
     assert not any("gcd_pairs" in (b or "") for b in _bars(s.page, "plot-within"))
-    _use_scripted(s)
+    _use_scripted(s, server)
     cards, run_id, n = _solve(s, "gcd_pairs")
     assert cards == [["1", "wrong", "true", "false"], ["2", "correct", "true", "true"]]
     text = s.page.inner_text("#solve-out")
@@ -329,7 +342,7 @@ def test_ten_concurrent_sessions(browser, server):
             assert [int(r[2]) for r in _table(s.page, "rem")] == [x - math.isqrt(x) ** 2 for x in xs]
         tasks = ["vec_add", "gcd_pairs", "to_upper"]
         for k, s in enumerate(sessions):
-            _use_scripted(s)
+            _use_scripted(s, server)
             s.tab("Advanced mode")
             s.pick("task", tasks[k % 3])
             s.page.wait_for_function("() => document.querySelector('#statement textarea').value.length > 10")

@@ -98,8 +98,9 @@ def rates(out: pd.DataFrame, att: pd.DataFrame, by: str) -> pd.DataFrame:
 
 def over_time(out: pd.DataFrame) -> pd.DataFrame:
     """Running first-try and within-N rates, one point per recorded outcome (long format)."""
-    if out.empty:
-        return pd.DataFrame({"time": pd.Series([], dtype="datetime64[ns, UTC]"), "rate": [], "metric": []})
+    if out.empty:     # typed columns even when empty: the plot takes each axis' kind from them
+        return pd.DataFrame({"time": pd.Series([], dtype="datetime64[ns, UTC]"),
+                             "rate": pd.Series([], dtype=float), "metric": pd.Series([], dtype=str)})
     o = out.sort_values("recorded_at").reset_index(drop=True)
     t = pd.to_datetime(o["recorded_at"], utc=True, format="ISO8601")
     k = pd.Series(range(1, len(o) + 1))
@@ -113,7 +114,7 @@ def over_time(out: pd.DataFrame) -> pd.DataFrame:
 def bars(table: pd.DataFrame, by: str, metric: str) -> pd.DataFrame:
     """The rate per group for a bar plot (group label includes N when several N are present)."""
     if table.empty:
-        return pd.DataFrame({by: [], metric: []})
+        return pd.DataFrame({by: pd.Series([], dtype=str), metric: pd.Series([], dtype=float)})
     several = table["N"].nunique() > 1
     label = table[by].astype(str) + (" (N=" + table["N"].astype(str) + ")" if several else "")
     return pd.DataFrame({by: label, metric: table[metric]})
