@@ -205,12 +205,12 @@ def test_tokens_align_with_machine_code_steps():
 
 def test_a_fault_keeps_the_snapshots_up_to_it_and_cancel_stops():
     prep = prepare(kernel("if (t == 5) a[t + 1000] = 1; a[t] = t;"), LOCAL)
-    from webapp.runner import _launch_args
+    from webapp.runner import launch_args
 
-    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), _launch_args(prep.case))
+    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), launch_args(prep.case))
     assert rec.error_type == "OutOfBounds" and rec.snapshots and rec.snapshots[-1].step == rec.total_steps - 1
     prep = prepare(kernel("while (a[0] == 0) { n++; }"), LOCAL)
-    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), _launch_args(prep.case), cancel=lambda: True)
+    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), launch_args(prep.case), cancel=lambda: True)
     assert rec.error_type == Cancelled.__name__ and rec.total_steps <= 512
 
 
