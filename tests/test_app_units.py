@@ -205,12 +205,12 @@ def test_tokens_align_with_machine_code_steps():
 
 def test_a_fault_keeps_the_snapshots_up_to_it_and_cancel_stops():
     prep = prepare(kernel("if (t == 5) a[t + 1000] = 1; a[t] = t;"), LOCAL)
-    from webapp.runner import _launch_args
+    from webapp.runner import launch_args
 
-    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), _launch_args(prep.case))
+    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), launch_args(prep.case))
     assert rec.error_type == "OutOfBounds" and rec.snapshots and rec.snapshots[-1].step == rec.total_steps - 1
     prep = prepare(kernel("while (a[0] == 0) { n++; }"), LOCAL)
-    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), _launch_args(prep.case), cancel=lambda: True)
+    rec = record(prep.kernel, (1, 1, 1), (32, 1, 1), launch_args(prep.case), cancel=lambda: True)
     assert rec.error_type == Cancelled.__name__ and rec.total_steps <= 512
 
 
@@ -276,3 +276,42 @@ def test_examples_cover_the_suite_and_load():
     e = exs["crc32_bytes"]
     assert "crc32_bytes" in e.source and e.grid == "1, 1, 1" and "out" in e.args_text
     json.dumps([e.args_text for e in exs.values()])
+
+
+# ----------------------------------------------------------------------------------- advanced mode
+
+
+def test_solve_records_every_attempt_and_free_text_is_unchecked(tmp_path):
+    import sqlite3
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from app_server import ScriptedModel
+    from webapp.advanced import FREE_TEXT, SolveView, Stop, register_model, solve
+
+    register_model("scripted-units", ScriptedModel, "test double")
+    db = tmp_path / "r.db"
+    view = SolveView()
+    out = solve("scripted-units", "vec_add", "", 3, LOCAL, view, db_path=db)
+    assert out.solved_at == 2 and [a.ev.verdict for a in view.attempts] == ["wrong", "correct"]
+    assert view.attempts[0].ev.executed_exactly and not view.attempts[0].ev.correct
+    assert "Attempt 2 of 3" in render.solve_html(view) and view.solved
+    view = SolveView()
+    out = solve("scripted-units", FREE_TEXT, "triple every element of an int array", 2, LOCAL, view, db_path=db)
+    assert out.last_verdict == "unchecked" and len(view.attempts) == 1
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT task, attempt, verdict, statement FROM attempts ORDER BY id").fetchall()
+        runs = c.execute("SELECT kind, status FROM runs").fetchall()
+    assert [r[:3] for r in rows] == [("vec_add", 1, "wrong"), ("vec_add", 2, "correct"), ("adhoc", 1, "unchecked")]
+    assert rows[2][3] == "triple every element of an int array" and runs == [("solve", "finished")] * 2
+    view = SolveView()
+    with pytest.raises(Stop):
+        solve("scripted-units", "vec_add", "", 3, LOCAL, view, cancel=lambda: True, db_path=db)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 3
+        assert c.execute("SELECT status FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()[0] == "interrupted"
+    for bad in (dict(attempts=9), dict(statement="x" * 5000)):
+        kw = dict(spec="scripted-units", task_name="vec_add", statement="", attempts=1) | bad
+        with pytest.raises(QwenGPUError):
+            solve(kw["spec"], kw["task_name"], kw["statement"], kw["attempts"], LOCAL, SolveView(), db_path=db)

@@ -69,10 +69,6 @@ def check_model(spec: str, limits) -> str:
     return spec
 
 
-def loaded(spec: str) -> bool:
-    return spec in _MODELS
-
-
 def get_model(spec: str, on_status=None):
     """The model for `spec`, loading it on first use (once per process)."""
     with _GLOBAL:

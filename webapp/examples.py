@@ -24,10 +24,6 @@ class Example:
     args_text: str
     features: tuple
 
-    @property
-    def label(self) -> str:
-        return self.name
-
 
 def _dims_text(d) -> str:
     d = list(d) + [1] * (3 - len(d))

@@ -28,7 +28,8 @@ class Limits:
     step_budget: int = 1_000_000               # warp-instruction steps of the reference run
     machine_step_budget: int = 60_000          # steps of the machine-code (lowered) run
     time_budget_s: float = 20.0                # wall time of one run, compile excluded
-    inside_step_budget: int = 100_000          # steps recorded for the Inside view
+    inside_step_budget: int = 50_000           # machine steps recorded for the Inside view (its token
+                                               # trace is held in memory while it is aligned)
     inside_max_snapshots: int = 256
     inside_memory_bytes: int = 4_096           # bytes kept per buffer per snapshot
     max_attempts: int = 3                      # advanced mode
@@ -53,7 +54,7 @@ def current_limits() -> Limits:
     public = is_public()
     base = Limits(public=True) if public else Limits(
         public=False, max_buffer_elements=1 << 20, max_threads=1 << 16, step_budget=5_000_000,
-        machine_step_budget=400_000, time_budget_s=120.0, inside_step_budget=400_000, max_attempts=5,
+        machine_step_budget=400_000, time_budget_s=120.0, inside_step_budget=100_000, max_attempts=5,
         concurrency=2, queue_size=256)
     return replace(
         base,

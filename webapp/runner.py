@@ -228,7 +228,7 @@ class Watch:
                 raise Cancelled("the page went away")
 
 
-def _launch_args(case):
+def launch_args(case):
     from gpu_layers.interp import Scalar
 
     return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
@@ -247,7 +247,7 @@ def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = Non
     progress.enter("reference")
     watch = Watch(progress, deadline, cancel)
     t0 = time.perf_counter()
-    res = launch(prep.kernel, case.grid, case.block, _launch_args(case), case.dynamic_shared_bytes, lanes=4,
+    res = launch(prep.kernel, case.grid, case.block, launch_args(case), case.dynamic_shared_bytes, lanes=4,
                  step_budget=limits.step_budget, observer=watch)
     ref_s = time.perf_counter() - t0
     progress.steps = res.steps
@@ -260,7 +260,7 @@ def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = Non
     if prep.lowered is not None:
         progress.enter("machine")
         t0 = time.perf_counter()
-        like = _launch_args(case)
+        like = launch_args(case)
         try:
             tr = trace_tokens(prep.lowered, case.grid, case.block, like, case.dynamic_shared_bytes, lanes=4,
                               outputs=out_idx, step_budget=limits.machine_step_budget)

@@ -135,7 +135,7 @@ class Handlers:
     def record(self, source, grid, block, dsm, args_text, example):
         from gpu_layers.inspect import attach_tokens, record
         from gpu_layers.machine.protocol import trace_tokens
-        from webapp.runner import _launch_args
+        from webapp.runner import launch_args
 
         L = self.limits
         inp = KernelInput(source, grid, block, dsm, args_text, example)
@@ -152,7 +152,7 @@ class Handlers:
             def on_step(n):
                 progress.steps = n
 
-            rec = record(kernel, case.grid, case.block, _launch_args(case), case.dynamic_shared_bytes,
+            rec = record(kernel, case.grid, case.block, launch_args(case), case.dynamic_shared_bytes,
                          step_budget=L.inside_step_budget, max_snapshots=L.inside_max_snapshots,
                          memory_bytes=L.inside_memory_bytes, deadline=deadline, cancel=cancel.is_set,
                          on_step=on_step, buffer_names=[a.name for a in case.args if a.is_buffer])
@@ -160,7 +160,7 @@ class Handlers:
                 "PTX (this kernel does not lower to machine code yet: " + "; ".join(prep.lower_problems[:2]) + ")"
             if prep.lowered is not None and rec.error is None:
                 progress.enter("tokens")
-                tr = trace_tokens(prep.lowered, case.grid, case.block, _launch_args(case), case.dynamic_shared_bytes,
+                tr = trace_tokens(prep.lowered, case.grid, case.block, launch_args(case), case.dynamic_shared_bytes,
                                   step_budget=L.inside_step_budget)
                 attach_tokens(rec, tr.tokens)
                 progress.tokens = len(tr.tokens)
