@@ -122,7 +122,7 @@ class _Block:
 class Warp:
     """One warp's state: register columns, per-thread PCs and states, the scheduling cursor."""
     __slots__ = ("ok", "R", "pc", "st", "run", "conv", "cpc", "runmask", "cursor", "parked",
-                 "gone", "porig", "cur", "shared", "local", "glob", "params", "index", "block_id", "tids",
+                 "gone", "porig", "shared", "local", "glob", "params", "index", "block_id", "tids",
                  "block_dim", "block_idx", "block")
 
     def thread_name(self, l):
@@ -570,7 +570,6 @@ def _execute(W, ins, exe, active=None):
     run_lanes = exe
     if poisoned:
         run_lanes = _poison_lanes(W, ins, exe, poisoned)
-    W.cur = ins
     try:
         if run_lanes:
             if active is None:

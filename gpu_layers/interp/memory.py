@@ -12,7 +12,8 @@ State spaces and their addresses:
   param   the kernel parameters, laid out in .param order with natural alignment (ld.param only).
 Any access outside a region, or not aligned to its size, raises OutOfBounds naming the space,
 the address and the instruction line. A load (a whole vector for ld.v2/.v4) of which no byte has
-ever been written raises UninitializedRead; never-written bytes inside a partly written access
+ever been written gives poison (`written` is False; the machine's undefined values), an atomic on
+such bytes raises UninitializedRead (`load`); never-written bytes inside a partly written access
 read as 0 (nvcc copies structs with vector loads that include padding nobody wrote).
 """
 from __future__ import annotations
@@ -72,8 +73,7 @@ class Region:
         return self.full or 1 in self.init[off:off + n]
 
     def check_init(self, addr: int, n: int):
-        off = addr - self.base
-        if 1 not in self.init[off:off + n]:
+        if not self.written(addr, n):
             raise UninitializedRead(f"{n}-byte load from {self.name} at address {addr:#x} reads "
                                     f"bytes nothing has written")
 

@@ -60,8 +60,7 @@ def lower(kernel: Kernel) -> Kernel:
     (floating-point arithmetic and conversions, for now)."""
     if kernel.module is not None:
         validate(kernel.module, kernel.name)
-    problems = [f"line {ins.line}: `{ins.name}` is not supported by the compiled machine yet"
-                for ins in kernel.instructions if not _is_machine_form(ins) and not _expandable(ins)]
+    problems = machine_problems(kernel)
     if problems:
         raise UnsupportedPTX(problems)
     em = _Emitter(kernel)
@@ -698,7 +697,4 @@ _EXPANSIONS = {
 }
 _EXPAND_NAMES = {n for n, f in SUPPORTED.items() if f.kind in _EXPANSIONS}
 
-
-def _expandable(ins) -> bool:
-    return ins.name in _EXPAND_NAMES
 
