@@ -53,7 +53,8 @@ def main():
         try:
             mk = lower(module_for(c.ptx()).kernel(c.kernel))
             a = [x.data.copy() if x.is_buffer else Scalar(x.elem_type, x.value) for x in c.args]
-            names, n0 = control_stream(cu, mk, c.grid, c.block, a, c.dynamic_shared_bytes)
+            names, n0 = control_stream(cu, mk, c.grid, c.block, a, c.dynamic_shared_bytes,
+                                       step_budget=50_000_000)
         except QwenGPUError as e:
             skipped += 1
             print(f"{c.name:28s} skipped: {str(e).splitlines()[0][:90]}")

@@ -251,7 +251,7 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     def key(t):
         return pcval(t) + 1024.0 * below.bit(t)
 
-    beats = c.new_field(dual("beats", N * (N - 1)))
+    beats = c.new_field(bits("beats", N * (N - 1)))
     act = c.new_field(dual("act", N))
     anyrun = c.new_field(dual("anyrun", 1))
     pairs = [(u, t) for t in range(N) for u in range(N) if u != t]
