@@ -1,0 +1,407 @@
+"""A compact exact executor for a `CompiledMachine`: the compiled layers alone, at machine width W,
+in plain numpy fp32, computing only what their sparsity leaves.
+
+    fm = FastMachine(compiled_machine)
+    st = fm.new_state()
+    tok = fm.step(st, token_id)              # one token on the recurrent path -> greedy next token
+    logits = fm.step(st, token_id, logits=True)
+    fm.prefill(st, ids)                      # many tokens (a loop of step)
+    new = fm.generate(ids, max_new_tokens, stop_ids=(...), state=st)     # greedy, like stock generate
+    st.get_recurrent_state(layer)            # (1, value heads, d_k, d_v): transformers' cache layout
+
+What it computes is the stock transformers 5.x Qwen3.5 decoder (`models/qwen3_5/modeling_qwen3_5.py`)
+of `machine_model.build_machine_model`, term for term: zero-centred RMSNorm `x / sqrt(mean(x^2) + eps)
+* (1 + w)` over the whole W-dim residual; `in_proj_qkv` -> depthwise causal conv -> SiLU -> q, k, v;
+q, k L2-normalised (eps 1e-6), q / sqrt(d_k); beta = sigmoid(in_proj_b x); g = -exp(A_log) *
+softplus(in_proj_a x + dt_bias); per value head the recurrent gated delta rule `S *= exp(g); S += k
+(beta (v - S^T k))^T; o = S^T q`; gated RMSNorm `norm(o) * w * silu(z)`; `out_proj`; MLP `down(silu(
+gate x) * up x)`; final norm; LM head; argmax (first index on ties, as torch.argmax).
+
+Why the tokens are the stock path's tokens:
+  * Everything left out is an exact zero in the stock computation. A residual dim, projection row,
+    conv channel, MLP neuron or LM-head column whose weights are all 0 contributes 0 * (finite) = 0
+    to its sums (x + 0 == x); a conv channel with a zero in_proj row stays 0 through SiLU (silu(0) =
+    0), so it adds nothing to q/k's L2 norms or to the delta rule; a value head whose k or v rows are
+    all 0 keeps S == 0 forever (the update is k (beta (v - S^T k))^T with k = 0 or v = S^T k = 0) and
+    outputs 0, which the gated norm maps to 0; a head with no out_proj columns only keeps state (kept
+    for inspection, not for tokens); conv taps that are all 0 drop out. The inert full-attention layer
+    of the machine-only model adds exact zeros (zero o_proj and MLP: tested), so it is not run.
+    An LM-head row of zeros gives logit exactly 0 and is filled in as 0 before the argmax.
+  * What is computed uses the same formulas, in the same order, in fp32. Only summation order (BLAS
+    blocking of the smaller dot products) and libm differ: ~1e-7 relative. The compiled circuits
+    re-digitize every MLP step with margins far above that (docs/blocks.md, DESIGN section 3) and
+    their logits win by >= 2, so those differences never change a token. That is a claim about the
+    circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
+    rule), decode with the cache and stock `generate`, and the recurrent state decodes to the same
+    memories (tests/test_fast_executor.py).
+
+The executor refuses (FastMachineError) what it was not written for: an inconsistent machine (shapes,
+keys, config values), non-finite weights (0 * inf is not 0, so skipping zeros would not be exact),
+value heads that are not a multiple of key heads, and any dtype but float32 (the stock bf16 path
+rounds activations at each op; that is not reimplemented).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .compiled import LAYER_KEYS, CompiledMachine
+
+F32 = np.float32
+SHAPE_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps")
+
+
+class FastMachineError(ValueError):
+    """A CompiledMachine the fast executor cannot run exactly."""
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy().astype(F32, copy=True)
+
+
+def _sigmoid(x):
+    return F32(1.0) / (F32(1.0) + np.exp(-x))
+
+
+def _silu(x):
+    return x * _sigmoid(x)
+
+
+def _softplus(x):
+    # torch.nn.functional.softplus (beta 1, threshold 20)
+    return np.where(x > F32(20.0), x, np.log1p(np.exp(np.minimum(x, F32(20.0)))))
+
+
+@dataclass
+class _Mixer:
+    heads: np.ndarray          # live value heads (state may become nonzero), indices into [0, Hv)
+    cols: np.ndarray           # residual dims read by the projections
+    norm_w: np.ndarray         # (1 + input_layernorm.weight)[cols]
+    w_in: np.ndarray           # (C + Z + 2 H, len(cols)): live qkv channels, live z entries, b, a
+    C: int                     # live conv channels
+    Z: int                     # live z entries
+    conv_w: np.ndarray         # (K, C) taps of the live channels (oldest first); (C,) if last tap only
+    last_tap_only: bool
+    gather: np.ndarray         # (H, 2 dk + dv) index into [0, conv out...]: 0 = constant zero
+    neg_A: np.ndarray          # (H,) -exp(A_log)
+    dt_bias: np.ndarray        # (H,)
+    out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
+    z_gather: np.ndarray       # (len(out_heads), dv) index into [0, z entries...]
+    gnorm_w: np.ndarray        # (dv,) linear_attn.norm.weight
+    out_sel: np.ndarray        # flat indices into (len(out_heads) * dv) of the used out_proj columns
+    w_out: np.ndarray          # (len(out_rows), len(out_sel))
+    out_rows: np.ndarray
+
+
+@dataclass
+class _MLP:
+    cols: np.ndarray
+    norm_w: np.ndarray         # (1 + post_attention_layernorm.weight)[cols]
+    w_gu: np.ndarray           # (2 N, len(cols)): gate rows then up rows of the live neurons
+    N: int
+    w_down: np.ndarray         # (len(rows), N)
+    rows: np.ndarray
+
+
+@dataclass
+class _Layer:
+    mixer: _Mixer | None
+    mlp: _MLP | None
+
+
+@dataclass
+class FastState:
+    """The executor's recurrent state after `tokens`: per layer the live heads' S (H, d_k, d_v) and
+    the conv window of the live channels. `get_recurrent_state(layer)` gives transformers' layout, so
+    gpu_layers.craft.state / gpu_layers.machine.inspect_state read it like a cache."""
+
+    machine: "FastMachine"
+    S: list                                    # per layer: (H_live, dk, dv) float32 or None
+    conv: list                                 # per layer: (K - 1, C) float32 window or None
+    tokens: list = field(default_factory=list)
+
+    def get_recurrent_state(self, layer: int, state_idx: int = 0) -> torch.Tensor:
+        fm = self.machine
+        if not 0 <= layer < len(fm.layers):
+            raise IndexError(f"layer {layer}: the machine has {len(fm.layers)} compiled layers")
+        full = np.zeros((1, fm.Hv, fm.dk, fm.dv), dtype=F32)
+        mx = fm.layers[layer].mixer
+        if mx is not None:
+            full[0, mx.heads] = self.S[layer]
+        return torch.from_numpy(full)
+
+    def recurrent_states(self) -> dict[int, torch.Tensor]:
+        return {i: self.get_recurrent_state(i) for i in range(len(self.S))}
+
+    def copy(self) -> "FastState":
+        return FastState(self.machine, [None if s is None else s.copy() for s in self.S],
+                         [None if c is None else c.copy() for c in self.conv], list(self.tokens))
+
+
+def _nz_rows(w: np.ndarray) -> np.ndarray:
+    return np.flatnonzero((w != 0).any(1))
+
+
+class FastMachine:
+    def __init__(self, compiled: CompiledMachine, dtype=torch.float32):
+        if dtype != torch.float32:
+            raise FastMachineError(f"dtype {dtype}: the fast executor reimplements the float32 path only "
+                                   "(stock bf16 rounds activations at every op; that is not reimplemented)")
+        try:
+            compiled.check()
+        except ValueError as e:
+            raise FastMachineError(f"inconsistent CompiledMachine: {e}") from e
+        missing = [k for k in SHAPE_KEYS if k not in compiled.layer_shapes]
+        if missing:
+            raise FastMachineError(f"CompiledMachine.layer_shapes lacks {missing}")
+        s = compiled.layer_shapes
+        self.W, self.V = compiled.width, compiled.vocab_size
+        self.Hk, self.Hv = int(s["linear_num_key_heads"]), int(s["linear_num_value_heads"])
+        self.dk, self.dv = int(s["linear_key_head_dim"]), int(s["linear_value_head_dim"])
+        self.K, self.I, self.eps = int(s["linear_conv_kernel_dim"]), int(s["intermediate_size"]), F32(s["rms_norm_eps"])
+        if self.Hk <= 0 or self.Hv % self.Hk:
+            raise FastMachineError(f"{self.Hv} value heads are not a multiple of {self.Hk} key heads")
+        self.layers = [self._compact(i, L) for i, L in enumerate(compiled.layers)]
+        self.embed = _np(compiled.embed)
+        self._finite("embed", self.embed)
+        U = _np(compiled.unembed)
+        self._finite("unembed", U)
+        fn = _np(compiled.final_norm)
+        self._finite("final_norm", fn)
+        self.head_rows = _nz_rows(U)
+        self.head_cols = np.flatnonzero((U != 0).any(0))
+        self.head_w = np.ascontiguousarray(U[np.ix_(self.head_rows, self.head_cols)])
+        self.final_w = (F32(1.0) + fn)[self.head_cols]
+        self._logits = np.zeros(self.V, dtype=F32)
+
+    # ---- compaction -------------------------------------------------------------------------
+
+    @staticmethod
+    def _finite(name, a):
+        if not np.isfinite(a).all():
+            raise FastMachineError(f"{name} has non-finite values: skipping zero terms would not be exact")
+
+    def _compact(self, i: int, layer: dict) -> _Layer:
+        W, Hk, Hv, dk, dv, K, I = self.W, self.Hk, self.Hv, self.dk, self.dv, self.K, self.I
+        key_dim, val_dim = Hk * dk, Hv * dv
+        conv_dim = 2 * key_dim + val_dim
+        want = {"input_layernorm.weight": (W,), "linear_attn.in_proj_qkv.weight": (conv_dim, W),
+                "linear_attn.conv1d.weight": (conv_dim, 1, K), "linear_attn.in_proj_z.weight": (val_dim, W),
+                "linear_attn.in_proj_b.weight": (Hv, W), "linear_attn.in_proj_a.weight": (Hv, W),
+                "linear_attn.dt_bias": (Hv,), "linear_attn.A_log": (Hv,), "linear_attn.norm.weight": (dv,),
+                "linear_attn.out_proj.weight": (W, val_dim), "post_attention_layernorm.weight": (W,),
+                "mlp.gate_proj.weight": (I, W), "mlp.up_proj.weight": (I, W), "mlp.down_proj.weight": (W, I)}
+        assert set(want) == set(LAYER_KEYS)
+        t = {}
+        for k, shape in want.items():
+            if k not in layer:
+                raise FastMachineError(f"compiled layer {i} lacks {k}")
+            if tuple(layer[k].shape) != shape:
+                raise FastMachineError(f"compiled layer {i} {k}: shape {tuple(layer[k].shape)}, but the "
+                                       f"machine's layer_shapes give {shape}")
+            t[k] = _np(layer[k])
+            self._finite(f"compiled layer {i} {k}", t[k])
+        return _Layer(self._compact_mixer(t), self._compact_mlp(t))
+
+    def _compact_mixer(self, t) -> _Mixer | None:
+        Hk, Hv, dk, dv, K = self.Hk, self.Hv, self.dk, self.dv, self.K
+        rep = Hv // Hk
+        key_dim = Hk * dk
+        qkv, conv = t["linear_attn.in_proj_qkv.weight"], t["linear_attn.conv1d.weight"][:, 0, :]
+        live_ch = (qkv != 0).any(1) & (conv != 0).any(1)       # channels that can be nonzero after the conv
+
+        def ch_q(h):                                           # channels of value head h's q, k, v
+            kh = h // rep
+            return np.arange(kh * dk, (kh + 1) * dk)
+
+        def ch_k(h):
+            return key_dim + ch_q(h)
+
+        def ch_v(h):
+            return 2 * key_dim + np.arange(h * dv, (h + 1) * dv)
+        heads = np.array([h for h in range(Hv) if live_ch[ch_k(h)].any() and live_ch[ch_v(h)].any()], dtype=np.int64)
+        if len(heads) == 0:
+            return None                                        # S stays 0, every head outputs exact 0
+        chans = np.array(sorted({int(c) for h in heads for c in np.concatenate([ch_q(h), ch_k(h), ch_v(h)])
+                                 if live_ch[c]}), dtype=np.int64)
+        pos = {int(c): j + 1 for j, c in enumerate(chans)}     # 0: the constant zero
+        gather = np.zeros((len(heads), 2 * dk + dv), dtype=np.int64)
+        for a, h in enumerate(heads):
+            for j, c in enumerate(np.concatenate([ch_q(h), ch_k(h), ch_v(h)])):
+                gather[a, j] = pos.get(int(c), 0)
+        zw, ow, nw = t["linear_attn.in_proj_z.weight"], t["linear_attn.out_proj.weight"], t["linear_attn.norm.weight"]
+        out_heads, z_rows, out_cols_flat = [], [], []
+        for a, h in enumerate(heads):
+            blk = slice(h * dv, (h + 1) * dv)
+            if (ow[:, blk] != 0).any() and (zw[blk] != 0).any() and (nw != 0).any() \
+                    and live_ch[ch_q(h)].any():
+                out_heads.append(a)
+        z_ent = []                                             # (head position, dim) of live z entries
+        for b, a in enumerate(out_heads):
+            h = heads[a]
+            for d in range(dv):
+                if (zw[h * dv + d] != 0).any():
+                    z_ent.append((b, d, h * dv + d))
+        z_gather = np.zeros((len(out_heads), dv), dtype=np.int64)
+        for j, (b, d, _) in enumerate(z_ent):
+            z_gather[b, d] = j + 1
+        z_rows = np.array([r for _, _, r in z_ent], dtype=np.int64)
+        for b, a in enumerate(out_heads):
+            h = heads[a]
+            for d in range(dv):
+                if (ow[:, h * dv + d] != 0).any():
+                    out_cols_flat.append((b * dv + d, h * dv + d))
+        out_sel = np.array([f for f, _ in out_cols_flat], dtype=np.int64)
+        out_src = np.array([c for _, c in out_cols_flat], dtype=np.int64)
+        out_rows = _nz_rows(ow[:, out_src]) if len(out_src) else np.zeros(0, dtype=np.int64)
+        w_out = np.ascontiguousarray(ow[np.ix_(out_rows, out_src)])
+        b_w, a_w = t["linear_attn.in_proj_b.weight"][heads], t["linear_attn.in_proj_a.weight"][heads]
+        rows = np.concatenate([qkv[chans], zw[z_rows], b_w, a_w], 0)
+        cols = np.flatnonzero((rows != 0).any(0))
+        cw = np.ascontiguousarray(conv[chans].T)               # (K, C)
+        last_only = not (cw[:-1] != 0).any()
+        return _Mixer(heads=heads, cols=cols, norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
+                      w_in=np.ascontiguousarray(rows[:, cols]), C=len(chans), Z=len(z_rows),
+                      conv_w=np.ascontiguousarray(cw[-1]) if last_only else cw, last_tap_only=last_only,
+                      gather=gather, neg_A=-np.exp(t["linear_attn.A_log"][heads]),
+                      dt_bias=t["linear_attn.dt_bias"][heads], out_heads=np.array(out_heads, dtype=np.int64),
+                      z_gather=z_gather, gnorm_w=nw, out_sel=out_sel, w_out=w_out, out_rows=out_rows)
+
+    def _compact_mlp(self, t) -> _MLP | None:
+        g, u, d = t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"], t["mlp.down_proj.weight"]
+        live = np.flatnonzero((g != 0).any(1) & (u != 0).any(1) & (d != 0).any(0))
+        if len(live) == 0:
+            return None                                        # down(silu(gate x) * up x) == 0
+        gu = np.concatenate([g[live], u[live]], 0)
+        cols = np.flatnonzero((gu != 0).any(0))
+        rows = _nz_rows(d[:, live])
+        return _MLP(cols=cols, norm_w=(F32(1.0) + t["post_attention_layernorm.weight"])[cols],
+                    w_gu=np.ascontiguousarray(gu[:, cols]), N=len(live),
+                    w_down=np.ascontiguousarray(d[np.ix_(rows, live)]), rows=rows)
+
+    # ---- execution --------------------------------------------------------------------------
+
+    def new_state(self) -> FastState:
+        S, conv = [], []
+        for L in self.layers:
+            mx = L.mixer
+            S.append(None if mx is None else np.zeros((len(mx.heads), self.dk, self.dv), dtype=F32))
+            conv.append(None if mx is None or mx.last_tap_only else np.zeros((self.K - 1, mx.C), dtype=F32))
+        return FastState(self, S, conv)
+
+    def _norm(self, x, cols, w):
+        """Zero-centred RMSNorm over the whole residual, evaluated only at `cols`."""
+        r = F32(1.0) / np.sqrt(np.dot(x, x) / F32(self.W) + self.eps)
+        return (x[cols] * r) * w
+
+    def _mixer(self, mx: _Mixer, x, S, conv):
+        p = mx.w_in @ self._norm(x, mx.cols, mx.norm_w)
+        C, Z, H = mx.C, mx.Z, len(mx.heads)
+        if mx.last_tap_only:
+            c = p[:C] * mx.conv_w
+        else:
+            win = np.concatenate([conv, p[None, :C]], 0)       # (K, C), oldest first
+            c = np.einsum("kc,kc->c", win, mx.conv_w)
+            conv[:] = win[1:]
+        ext = np.empty(C + 1, dtype=F32)
+        ext[0] = 0.0
+        ext[1:] = _silu(c)
+        qkv = ext[mx.gather]                                   # (H, 2 dk + dv)
+        dk = self.dk
+        qk = qkv[:, :2 * dk].reshape(H, 2, dk)
+        qk = qk / np.sqrt((qk * qk).sum(-1, keepdims=True) + F32(1e-6))
+        q = qk[:, 0] / F32(dk ** 0.5)
+        k = qk[:, 1]
+        v = qkv[:, 2 * dk:]
+        beta = _sigmoid(p[C + Z:C + Z + H])
+        g = mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias)
+        S *= np.exp(g)[:, None, None]
+        kv = np.matmul(k[:, None, :], S)[:, 0]                 # S^T k
+        delta = (v - kv) * beta[:, None]
+        S += k[:, :, None] * delta[:, None, :]
+        if len(mx.out_sel) == 0:
+            return
+        oh = mx.out_heads
+        o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, dv)
+        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + self.eps)
+        ze = np.empty(Z + 1, dtype=F32)
+        ze[0] = 0.0
+        ze[1:] = p[C:C + Z]
+        o = (mx.gnorm_w * o) * _silu(ze[mx.z_gather])
+        x[mx.out_rows] += mx.w_out @ o.reshape(-1)[mx.out_sel]
+
+    def _mlp(self, m: _MLP, x):
+        gu = m.w_gu @ self._norm(x, m.cols, m.norm_w)
+        x[m.rows] += m.w_down @ (_silu(gu[:m.N]) * gu[m.N:])
+
+    def _forward(self, state: FastState, token_id: int) -> np.ndarray:
+        """One token through every compiled layer (recurrent path); returns the logits (V,)."""
+        if not 0 <= token_id < self.V:
+            raise IndexError(f"token {token_id} outside the machine vocabulary of {self.V}")
+        x = self.embed[token_id].copy()
+        with np.errstate(over="ignore"):                   # exp overflow -> sigmoid 0, as in torch
+            for L, S, conv in zip(self.layers, state.S, state.conv):
+                if L.mixer is not None:
+                    self._mixer(L.mixer, x, S, conv)
+                if L.mlp is not None:
+                    self._mlp(L.mlp, x)
+        state.tokens.append(int(token_id))
+        logits = self._logits
+        if len(self.head_rows):
+            logits[self.head_rows] = self.head_w @ self._norm(x, self.head_cols, self.final_w)
+        return logits
+
+    def step(self, state: FastState, token_id: int, logits: bool = False):
+        """Feed one token; returns the greedy next token (int), or a copy of the logits (V,) as a
+        torch tensor when logits=True."""
+        lg = self._forward(state, int(token_id))
+        return torch.from_numpy(lg.copy()) if logits else int(np.argmax(lg))
+
+    def prefill(self, state: FastState, ids) -> int | None:
+        """Feed many tokens (the recurrent step in a loop: exact); returns the greedy next token."""
+        tok = None
+        for t in ids:
+            tok = self.step(state, int(t))
+        return tok
+
+    def teacher_forced(self, ids) -> list[int]:
+        """The greedy prediction after every position of ids, from a fresh state."""
+        st = self.new_state()
+        return [self.step(st, int(t)) for t in ids]
+
+    def generate(self, prompt_ids, max_new_tokens: int, stop_ids=(), state: FastState | None = None) -> list[int]:
+        """Greedy decoding, as stock `model.generate(do_sample=False)`: the new tokens (the last one,
+        like stock generate's, not fed). With `state`, prompt_ids is the whole sequence so far and only
+        the tokens the state has not seen are fed (as stock generate with a carried cache)."""
+        ids = [int(t) for t in prompt_ids]
+        if state is None:
+            state = self.new_state()
+        seen = state.tokens
+        if ids[:len(seen)] != seen:
+            raise ValueError("prompt_ids does not start with the tokens the state has already seen")
+        if len(ids) == len(seen):
+            raise ValueError("no new prompt token to feed (the state has seen the whole prompt)")
+        stop = {int(s) for s in stop_ids}
+        tok = self.prefill(state, ids[len(seen):])
+        if max_new_tokens <= 0:
+            return []
+        out = [tok]
+        while len(out) < max_new_tokens and tok not in stop:
+            tok = self.step(state, tok)
+            out.append(tok)
+        return out
+
+    def describe(self) -> str:
+        """What the compaction kept, per layer."""
+        lines = [f"W={self.W} V={self.V} layers={len(self.layers)} LM head {len(self.head_rows)} rows x "
+                 f"{len(self.head_cols)} cols"]
+        for i, L in enumerate(self.layers):
+            m, p = L.mixer, L.mlp
+            mix = "mixer -" if m is None else (f"mixer heads {len(m.heads)} (out {len(m.out_heads)}) in {m.w_in.shape} "
+                                               f"out {m.w_out.shape}")
+            mlp = "mlp -" if p is None else f"mlp neurons {p.N} in {p.w_gu.shape} down {p.w_down.shape}"
+            lines.append(f"  L{i}: {mix}; {mlp}")
+        return "\n".join(lines)
