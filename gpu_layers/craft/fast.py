@@ -88,6 +88,8 @@ class _Mixer:
     gather: np.ndarray         # (H, 2 dk + dv) index into [0, conv out...]: 0 = constant zero
     neg_A: np.ndarray          # (H,) -exp(A_log)
     dt_bias: np.ndarray        # (H,)
+    decay: np.ndarray | None   # (H, 1, 1) exp(g) when in_proj_a's live rows are all 0 (g constant)
+    gate_open: bool            # that constant decay is exactly 1.0: S *= 1 is skipped
     out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
     z_gather: np.ndarray       # (len(out_heads), dv) index into [0, z entries...]
     gnorm_w: np.ndarray        # (dv,) linear_attn.norm.weight
@@ -259,6 +261,11 @@ class FastMachine:
         out_rows = _nz_rows(ow[:, out_src]) if len(out_src) else np.zeros(0, dtype=np.int64)
         w_out = np.ascontiguousarray(ow[np.ix_(out_rows, out_src)])
         b_w, a_w = t["linear_attn.in_proj_b.weight"][heads], t["linear_attn.in_proj_a.weight"][heads]
+        neg_A, dt_bias = -np.exp(t["linear_attn.A_log"][heads]), t["linear_attn.dt_bias"][heads]
+        decay = None
+        if not (a_w != 0).any():       # a == 0 exactly on every token: g is a compile-time constant
+            decay = np.exp(neg_A * _softplus(np.zeros_like(dt_bias) + dt_bias))[:, None, None]
+            a_w = a_w[:0]
         rows = np.concatenate([qkv[chans], zw[z_rows], b_w, a_w], 0)
         cols = np.flatnonzero((rows != 0).any(0))
         cw = np.ascontiguousarray(conv[chans].T)               # (K, C)
@@ -266,8 +273,8 @@ class FastMachine:
         return _Mixer(heads=heads, cols=cols, norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
                       w_in=np.ascontiguousarray(rows[:, cols]), C=len(chans), Z=len(z_rows),
                       conv_w=np.ascontiguousarray(cw[-1]) if last_only else cw, last_tap_only=last_only,
-                      gather=gather, neg_A=-np.exp(t["linear_attn.A_log"][heads]),
-                      dt_bias=t["linear_attn.dt_bias"][heads], out_heads=np.array(out_heads, dtype=np.int64),
+                      gather=gather, neg_A=neg_A, dt_bias=dt_bias, decay=decay,
+                      gate_open=decay is not None and bool((decay == 1.0).all()), out_heads=np.array(out_heads, dtype=np.int64),
                       z_gather=z_gather, gnorm_w=nw, out_sel=out_sel, w_out=w_out, out_rows=out_rows)
 
     def _compact_mlp(self, t) -> _MLP | None:
@@ -317,8 +324,10 @@ class FastMachine:
         k = qk[:, 1]
         v = qkv[:, 2 * dk:]
         beta = _sigmoid(p[C + Z:C + Z + H])
-        g = mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias)
-        S *= np.exp(g)[:, None, None]
+        if mx.decay is None:
+            S *= np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))[:, None, None]
+        elif not mx.gate_open:
+            S *= mx.decay
         kv = np.matmul(k[:, None, :], S)[:, 0]                 # S^T k
         delta = (v - kv) * beta[:, None]
         S += k[:, :, None] * delta[:, None, :]
@@ -326,7 +335,7 @@ class FastMachine:
             return
         oh = mx.out_heads
         o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, dv)
-        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + self.eps)
+        o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)
         ze = np.empty(Z + 1, dtype=F32)
         ze[0] = 0.0
         ze[1:] = p[C:C + Z]
