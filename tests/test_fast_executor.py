@@ -61,7 +61,7 @@ def assert_emissions_right(d, pred, toks, expect, mask):
     """The compared tokens are the machine's real output (not a vacuous agreement)."""
     got = d.decode(pred)
     bad = [i for i in range(len(toks)) if mask[i] and got[i] != expect[i]]
-    assert not bad and sum(mask) >= 100, (len(bad), bad[:3])
+    assert not bad and sum(mask) >= 50, (len(bad), bad[:3])
 
 
 # ---- what is skipped is exact --------------------------------------------------------------

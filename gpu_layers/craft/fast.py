@@ -23,8 +23,11 @@ Why the tokens are the stock path's tokens:
     to its sums (x + 0 == x); a conv channel with a zero in_proj row stays 0 through SiLU (silu(0) =
     0), so it adds nothing to q/k's L2 norms or to the delta rule; a value head whose k or v rows are
     all 0 keeps S == 0 forever (the update is k (beta (v - S^T k))^T with k = 0 or v = S^T k = 0) and
-    outputs 0, which the gated norm maps to 0; a head with no out_proj columns only keeps state (kept
-    for inspection, not for tokens); conv taps that are all 0 drop out. The inert full-attention layer
+    outputs 0, which the gated norm maps to 0; likewise, inside a live head, the state row of a key
+    dim where k is always 0 and the column of a value dim where v is always 0 stay exactly 0, so S is
+    kept only on the other rows and columns (the gated norm still divides by the full d_v); a head
+    with no out_proj columns only keeps state (kept for inspection, not for tokens); conv taps that
+    are all 0 drop out; a gate whose in_proj_a rows are all 0 is a constant (skipped when exactly 1). The inert full-attention layer
     of the machine-only model adds exact zeros (zero o_proj and MLP: tested), so it is not run.
     An LM-head row of zeros gives logit exactly 0 and is filled in as 0 before the argmax.
   * What is computed uses the same formulas, in the same order, in fp32. Only summation order (BLAS
@@ -77,23 +80,28 @@ def _softplus(x):
 
 @dataclass
 class _Mixer:
+    """One layer's mixer restricted to what can be nonzero. Per live value head a: the key dims D_a
+    where q or k can be nonzero (padded to d), the value dims V_a where v can be nonzero (padded to
+    e); S is kept as (H, d, e): the rest of the stock state is exactly 0 forever."""
     heads: np.ndarray          # live value heads (state may become nonzero), indices into [0, Hv)
+    kdims: np.ndarray          # (H, d) the key dim of each kept state row, -1 = padding
+    vdims: np.ndarray          # (H, e) the value dim of each kept state column, -1 = padding
     cols: np.ndarray           # residual dims read by the projections
     norm_w: np.ndarray         # (1 + input_layernorm.weight)[cols]
-    w_in: np.ndarray           # (C + Z + 2 H, len(cols)): live qkv channels, live z entries, b, a
+    w_in: np.ndarray           # (C + Z + H [+ H], len(cols)): live qkv channels, live z entries, b [, a]
     C: int                     # live conv channels
     Z: int                     # live z entries
     conv_w: np.ndarray         # (K, C) taps of the live channels (oldest first); (C,) if last tap only
     last_tap_only: bool
-    gather: np.ndarray         # (H, 2 dk + dv) index into [0, conv out...]: 0 = constant zero
+    gather: np.ndarray         # (H, 2 d + e) index into [0, conv out...]: 0 = constant zero
     neg_A: np.ndarray          # (H,) -exp(A_log)
     dt_bias: np.ndarray        # (H,)
     decay: np.ndarray | None   # (H, 1, 1) exp(g) when in_proj_a's live rows are all 0 (g constant)
     gate_open: bool            # that constant decay is exactly 1.0: S *= 1 is skipped
     out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
-    z_gather: np.ndarray       # (len(out_heads), dv) index into [0, z entries...]
-    gnorm_w: np.ndarray        # (dv,) linear_attn.norm.weight
-    out_sel: np.ndarray        # flat indices into (len(out_heads) * dv) of the used out_proj columns
+    z_gather: np.ndarray       # (len(out_heads), e) index into [0, z entries...]
+    gnorm_w: np.ndarray        # (len(out_heads), e) linear_attn.norm.weight at the kept value dims
+    out_sel: np.ndarray        # flat indices into (len(out_heads) * e) of the used out_proj columns
     w_out: np.ndarray          # (len(out_rows), len(out_sel))
     out_rows: np.ndarray
 
@@ -132,7 +140,10 @@ class FastState:
         full = np.zeros((1, fm.Hv, fm.dk, fm.dv), dtype=F32)
         mx = fm.layers[layer].mixer
         if mx is not None:
-            full[0, mx.heads] = self.S[layer]
+            for a, h in enumerate(mx.heads):
+                kd, vd = mx.kdims[a], mx.vdims[a]
+                kd, vd = kd[kd >= 0], vd[vd >= 0]
+                full[0, h][np.ix_(kd, vd)] = self.S[layer][a, :len(kd), :len(vd)]
         return torch.from_numpy(full)
 
     def recurrent_states(self) -> dict[int, torch.Tensor]:
@@ -209,73 +220,73 @@ class FastMachine:
         return _Layer(self._compact_mixer(t), self._compact_mlp(t))
 
     def _compact_mixer(self, t) -> _Mixer | None:
-        Hk, Hv, dk, dv, K = self.Hk, self.Hv, self.dk, self.dv, self.K
+        Hk, Hv, dk, dv = self.Hk, self.Hv, self.dk, self.dv
         rep = Hv // Hk
         key_dim = Hk * dk
         qkv, conv = t["linear_attn.in_proj_qkv.weight"], t["linear_attn.conv1d.weight"][:, 0, :]
-        live_ch = (qkv != 0).any(1) & (conv != 0).any(1)       # channels that can be nonzero after the conv
+        live = (qkv != 0).any(1) & (conv != 0).any(1)          # channels that can be nonzero after the conv
 
-        def ch_q(h):                                           # channels of value head h's q, k, v
+        def chans(h):                                          # value head h's q, k (its key head's), v channels
             kh = h // rep
-            return np.arange(kh * dk, (kh + 1) * dk)
-
-        def ch_k(h):
-            return key_dim + ch_q(h)
-
-        def ch_v(h):
-            return 2 * key_dim + np.arange(h * dv, (h + 1) * dv)
-        heads = np.array([h for h in range(Hv) if live_ch[ch_k(h)].any() and live_ch[ch_v(h)].any()], dtype=np.int64)
-        if len(heads) == 0:
+            q = np.arange(kh * dk, (kh + 1) * dk)
+            return q, key_dim + q, 2 * key_dim + np.arange(h * dv, (h + 1) * dv)
+        heads = [h for h in range(Hv) if live[chans(h)[1]].any() and live[chans(h)[2]].any()]
+        if not heads:
             return None                                        # S stays 0, every head outputs exact 0
-        chans = np.array(sorted({int(c) for h in heads for c in np.concatenate([ch_q(h), ch_k(h), ch_v(h)])
-                                 if live_ch[c]}), dtype=np.int64)
-        pos = {int(c): j + 1 for j, c in enumerate(chans)}     # 0: the constant zero
-        gather = np.zeros((len(heads), 2 * dk + dv), dtype=np.int64)
+        D = [np.flatnonzero(live[chans(h)[0]] | live[chans(h)[1]]) for h in heads]
+        E = [np.flatnonzero(live[chans(h)[2]]) for h in heads]
+        d, e, H = max(map(len, D)), max(map(len, E)), len(heads)
+        kdims, vdims = np.full((H, d), -1), np.full((H, e), -1)
+        used = sorted({int(c) for h in heads for c in np.concatenate(chans(h)) if live[c]})
+        pos = {c: j + 1 for j, c in enumerate(used)}           # 0: the constant zero
+        gather = np.zeros((H, 2 * d + e), dtype=np.int64)
         for a, h in enumerate(heads):
-            for j, c in enumerate(np.concatenate([ch_q(h), ch_k(h), ch_v(h)])):
-                gather[a, j] = pos.get(int(c), 0)
+            q, k, v = chans(h)
+            kdims[a, :len(D[a])], vdims[a, :len(E[a])] = D[a], E[a]
+            for j, dd in enumerate(D[a]):
+                gather[a, j], gather[a, d + j] = pos.get(int(q[dd]), 0), pos.get(int(k[dd]), 0)
+            for j, dd in enumerate(E[a]):
+                gather[a, 2 * d + j] = pos.get(int(v[dd]), 0)
         zw, ow, nw = t["linear_attn.in_proj_z.weight"], t["linear_attn.out_proj.weight"], t["linear_attn.norm.weight"]
-        out_heads, z_rows, out_cols_flat = [], [], []
-        for a, h in enumerate(heads):
-            blk = slice(h * dv, (h + 1) * dv)
-            if (ow[:, blk] != 0).any() and (zw[blk] != 0).any() and (nw != 0).any() \
-                    and live_ch[ch_q(h)].any():
-                out_heads.append(a)
-        z_ent = []                                             # (head position, dim) of live z entries
+        out_heads = [a for a, h in enumerate(heads)
+                     if live[chans(h)[0]].any() and (zw[h * dv + E[a]] != 0).any()
+                     and (ow[:, h * dv + E[a]] != 0).any() and (nw[E[a]] != 0).any()]
+        z_rows, out_src, out_sel = [], [], []
+        z_gather = np.zeros((len(out_heads), e), dtype=np.int64)
+        gnorm_w = np.zeros((len(out_heads), e), dtype=F32)
         for b, a in enumerate(out_heads):
             h = heads[a]
-            for d in range(dv):
-                if (zw[h * dv + d] != 0).any():
-                    z_ent.append((b, d, h * dv + d))
-        z_gather = np.zeros((len(out_heads), dv), dtype=np.int64)
-        for j, (b, d, _) in enumerate(z_ent):
-            z_gather[b, d] = j + 1
-        z_rows = np.array([r for _, _, r in z_ent], dtype=np.int64)
-        for b, a in enumerate(out_heads):
-            h = heads[a]
-            for d in range(dv):
-                if (ow[:, h * dv + d] != 0).any():
-                    out_cols_flat.append((b * dv + d, h * dv + d))
-        out_sel = np.array([f for f, _ in out_cols_flat], dtype=np.int64)
-        out_src = np.array([c for _, c in out_cols_flat], dtype=np.int64)
+            for j, dd in enumerate(E[a]):
+                gnorm_w[b, j] = nw[dd]
+                if (zw[h * dv + dd] != 0).any():
+                    z_rows.append(h * dv + dd)
+                    z_gather[b, j] = len(z_rows)
+                if (ow[:, h * dv + dd] != 0).any():
+                    out_src.append(h * dv + dd)
+                    out_sel.append(b * e + j)
+        z_rows, out_src = np.array(z_rows, dtype=np.int64), np.array(out_src, dtype=np.int64)
         out_rows = _nz_rows(ow[:, out_src]) if len(out_src) else np.zeros(0, dtype=np.int64)
-        w_out = np.ascontiguousarray(ow[np.ix_(out_rows, out_src)])
+        heads = np.array(heads, dtype=np.int64)
         b_w, a_w = t["linear_attn.in_proj_b.weight"][heads], t["linear_attn.in_proj_a.weight"][heads]
         neg_A, dt_bias = -np.exp(t["linear_attn.A_log"][heads]), t["linear_attn.dt_bias"][heads]
         decay = None
         if not (a_w != 0).any():       # a == 0 exactly on every token: g is a compile-time constant
             decay = np.exp(neg_A * _softplus(np.zeros_like(dt_bias) + dt_bias))[:, None, None]
             a_w = a_w[:0]
-        rows = np.concatenate([qkv[chans], zw[z_rows], b_w, a_w], 0)
+        used = np.array(used, dtype=np.int64)
+        rows = np.concatenate([qkv[used], zw[z_rows], b_w, a_w], 0)
         cols = np.flatnonzero((rows != 0).any(0))
-        cw = np.ascontiguousarray(conv[chans].T)               # (K, C)
+        cw = np.ascontiguousarray(conv[used].T)                # (K, C)
         last_only = not (cw[:-1] != 0).any()
-        return _Mixer(heads=heads, cols=cols, norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
-                      w_in=np.ascontiguousarray(rows[:, cols]), C=len(chans), Z=len(z_rows),
+        return _Mixer(heads=heads, kdims=kdims, vdims=vdims, cols=cols,
+                      norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
+                      w_in=np.ascontiguousarray(rows[:, cols]), C=len(used), Z=len(z_rows),
                       conv_w=np.ascontiguousarray(cw[-1]) if last_only else cw, last_tap_only=last_only,
                       gather=gather, neg_A=neg_A, dt_bias=dt_bias, decay=decay,
-                      gate_open=decay is not None and bool((decay == 1.0).all()), out_heads=np.array(out_heads, dtype=np.int64),
-                      z_gather=z_gather, gnorm_w=nw, out_sel=out_sel, w_out=w_out, out_rows=out_rows)
+                      gate_open=decay is not None and bool((decay == 1.0).all()),
+                      out_heads=np.array(out_heads, dtype=np.int64), z_gather=z_gather, gnorm_w=gnorm_w,
+                      out_sel=np.array(out_sel, dtype=np.int64),
+                      w_out=np.ascontiguousarray(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows)
 
     def _compact_mlp(self, t) -> _MLP | None:
         g, u, d = t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"], t["mlp.down_proj.weight"]
@@ -295,7 +306,7 @@ class FastMachine:
         S, conv = [], []
         for L in self.layers:
             mx = L.mixer
-            S.append(None if mx is None else np.zeros((len(mx.heads), self.dk, self.dv), dtype=F32))
+            S.append(None if mx is None else np.zeros(mx.kdims.shape + mx.vdims.shape[1:], dtype=F32))
             conv.append(None if mx is None or mx.last_tap_only else np.zeros((self.K - 1, mx.C), dtype=F32))
         return FastState(self, S, conv)
 
@@ -316,13 +327,13 @@ class FastMachine:
         ext = np.empty(C + 1, dtype=F32)
         ext[0] = 0.0
         ext[1:] = _silu(c)
-        qkv = ext[mx.gather]                                   # (H, 2 dk + dv)
-        dk = self.dk
-        qk = qkv[:, :2 * dk].reshape(H, 2, dk)
+        qkv = ext[mx.gather]                                   # (H, 2 d + e)
+        d = mx.kdims.shape[1]
+        qk = qkv[:, :2 * d].reshape(H, 2, d)
         qk = qk / np.sqrt((qk * qk).sum(-1, keepdims=True) + F32(1e-6))
-        q = qk[:, 0] / F32(dk ** 0.5)
+        q = qk[:, 0] / F32(self.dk ** 0.5)
         k = qk[:, 1]
-        v = qkv[:, 2 * dk:]
+        v = qkv[:, 2 * d:]
         beta = _sigmoid(p[C + Z:C + Z + H])
         if mx.decay is None:
             S *= np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))[:, None, None]
@@ -334,8 +345,8 @@ class FastMachine:
         if len(mx.out_sel) == 0:
             return
         oh = mx.out_heads
-        o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, dv)
-        o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)
+        o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, e)
+        o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)   # mean over all dv dims
         ze = np.empty(Z + 1, dtype=F32)
         ze[0] = 0.0
         ze[1:] = p[C:C + Z]
