@@ -111,7 +111,7 @@ def test_regfile_teacher_forced_prefill_tokens(demo):
 
 def test_regfile_decode_with_cache_tokens_logits_and_state(demo):
     d, model, fm = demo
-    toks, expect, mask = random_program(np.random.default_rng(1), 50)
+    toks, expect, mask = random_program(np.random.default_rng(1), 40)
     ids = d.encode(toks)
     stock, stock_logits, cache = stock_decode(model, ids)
     st = fm.new_state()
@@ -180,7 +180,7 @@ def test_rf_registers_every_position_decode(rf):
     (decode path) == the stream's plain model; tokens equal too (this circuit has no logits: its
     LM-head rows are all 0, so both pick token 0 everywhere)."""
     r, model, fm = rf
-    ids, exp, names = hand_case(r, 0, 36)
+    ids, exp, names = hand_case(r, 0, 30)
     cache = DynamicCache(config=model.config)
     st = fm.new_state()
     fast, stock = [], []

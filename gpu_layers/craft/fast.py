@@ -99,11 +99,12 @@ class _Mixer:
     decay: np.ndarray | None   # (H, 1, 1) exp(g) when in_proj_a's live rows are all 0 (g constant)
     gate_open: bool            # that constant decay is exactly 1.0: S *= 1 is skipped
     out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
-    z_gather: np.ndarray       # (len(out_heads), e) index into [0, z entries...]
+    z_gather: np.ndarray       # (len(out_heads), e) index into scratch's z part (0 = constant zero)
     gnorm_w: np.ndarray        # (len(out_heads), e) linear_attn.norm.weight at the kept value dims
     out_sel: np.ndarray        # flat indices into (len(out_heads) * e) of the used out_proj columns
     w_out: np.ndarray          # (len(out_rows), len(out_sel))
     out_rows: np.ndarray
+    scratch: np.ndarray        # (1 + C + Z,) work buffer [0, silu(conv out), silu(z)]; [0] stays 0
 
 
 @dataclass
@@ -260,7 +261,7 @@ class FastMachine:
                 gnorm_w[b, j] = nw[dd]
                 if (zw[h * dv + dd] != 0).any():
                     z_rows.append(h * dv + dd)
-                    z_gather[b, j] = len(z_rows)
+                    z_gather[b, j] = len(used) + len(z_rows)      # into [0, conv out (C), z (Z)]
                 if (ow[:, h * dv + dd] != 0).any():
                     out_src.append(h * dv + dd)
                     out_sel.append(b * e + j)
@@ -286,7 +287,8 @@ class FastMachine:
                       gate_open=decay is not None and bool((decay == 1.0).all()),
                       out_heads=np.array(out_heads, dtype=np.int64), z_gather=z_gather, gnorm_w=gnorm_w,
                       out_sel=np.array(out_sel, dtype=np.int64),
-                      w_out=np.ascontiguousarray(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows)
+                      w_out=np.ascontiguousarray(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
+                      scratch=np.zeros(1 + len(used) + len(z_rows), dtype=F32))
 
     def _compact_mlp(self, t) -> _MLP | None:
         g, u, d = t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"], t["mlp.down_proj.weight"]
@@ -316,17 +318,18 @@ class FastMachine:
         return (x[cols] * r) * w
 
     def _mixer(self, mx: _Mixer, x, S, conv):
-        p = mx.w_in @ self._norm(x, mx.cols, mx.norm_w)
+        p = mx.w_in @ self._norm(x, mx.cols, mx.norm_w)       # qkv channels, z entries, b, [a]
         C, Z, H = mx.C, mx.Z, len(mx.heads)
         if mx.last_tap_only:
-            c = p[:C] * mx.conv_w
+            p[:C] *= mx.conv_w
         else:
             win = np.concatenate([conv, p[None, :C]], 0)       # (K, C), oldest first
-            c = np.einsum("kc,kc->c", win, mx.conv_w)
+            p[:C] = np.einsum("kc,kc->c", win, mx.conv_w)
             conv[:] = win[1:]
-        ext = np.empty(C + 1, dtype=F32)
-        ext[0] = 0.0
-        ext[1:] = _silu(c)
+        sig = _sigmoid(p[:C + Z + H])                          # one sigmoid for SiLU(conv), SiLU(z), beta
+        ext = mx.scratch                                       # [0, silu(conv out), silu(z)]
+        np.multiply(p[:C + Z], sig[:C + Z], out=ext[1:])
+        beta = sig[C + Z:]
         qkv = ext[mx.gather]                                   # (H, 2 d + e)
         d = mx.kdims.shape[1]
         qk = qkv[:, :2 * d].reshape(H, 2, d)
@@ -334,7 +337,6 @@ class FastMachine:
         q = qk[:, 0] / F32(self.dk ** 0.5)
         k = qk[:, 1]
         v = qkv[:, 2 * d:]
-        beta = _sigmoid(p[C + Z:C + Z + H])
         if mx.decay is None:
             S *= np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))[:, None, None]
         elif not mx.gate_open:
@@ -347,10 +349,7 @@ class FastMachine:
         oh = mx.out_heads
         o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, e)
         o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)   # mean over all dv dims
-        ze = np.empty(Z + 1, dtype=F32)
-        ze[0] = 0.0
-        ze[1:] = p[C:C + Z]
-        o = (mx.gnorm_w * o) * _silu(ze[mx.z_gather])
+        o = (mx.gnorm_w * o) * ext[mx.z_gather]
         x[mx.out_rows] += mx.w_out @ o.reshape(-1)[mx.out_sel]
 
     def _mlp(self, m: _MLP, x):
