@@ -17,7 +17,7 @@ from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import Scalar, module_for
 from gpu_layers.machine import lower
 from gpu_layers.machine.control import (ControlError, build_control_unit, check_predictions,
-                                        control_stream)
+                                        control_stream, fast_rows)
 from gpu_layers.suite import load_suite
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -61,6 +61,21 @@ def test_prefill_predicts_every_control_token(unit, name):
     with torch.no_grad():
         logits = model(torch.tensor([cu.encode(names)])).logits[0].numpy()
     assert check_predictions(cu, names, n0, logits) == []
+
+
+def test_fast_executor_same_predictions(unit):
+    """The fast executor (compiled layers only, sparse, recurrent) chooses the same token as the
+    stock prefill at every position, within every allowed set, and checks clean."""
+    cu, model = unit
+    names, n0 = _stream(cu, "divergence")
+    ids = cu.encode(names)
+    with torch.no_grad():
+        stock = model(torch.tensor([ids])).logits[0].numpy()
+    fast = np.stack(list(fast_rows(cu, ids)))
+    assert check_predictions(cu, names, n0, fast) == []
+    for want in {n for n in names[n0:] if n.startswith(("<g ", "<wi "))}:
+        allowed = np.array(cu.allowed(want))
+        assert (stock[:, allowed].argmax(1) == fast[:, allowed].argmax(1)).all()
 
 
 def test_decode_path_predicts_control_tokens(unit):

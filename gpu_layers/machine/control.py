@@ -341,23 +341,36 @@ def control_stream(cu: ControlUnit, kernel, grid, block, args, dynamic_shared_by
 CONTROL_KINDS = ("<blk ", "<wi ", "<g ", "<halt>")
 
 
-def check_predictions(cu: ControlUnit, names: list[str], n_prompt: int, logits) -> list[tuple[int, str, str]]:
+def check_predictions(cu: ControlUnit, names: list[str], n_prompt: int, rows) -> list[tuple[int, str, str]]:
     """Mismatches [(position, expected, predicted)] of the control tokens: at each position whose
-    next token is a control token, the argmax of the logits among `allowed(next)`."""
+    next token is a control token, the argmax of that position's logits among `allowed(next)`.
+    rows: the logits of every position in order (an array, or an iterator such as the fast
+    executor's steps, so a long stream never holds all its logits)."""
     import numpy as np
 
-    lg = np.asarray(logits)
     cache = {}
     bad = []
-    for p in range(n_prompt - 1, len(names) - 1):
+    for p, row in enumerate(rows):
+        if p >= len(names) - 1:
+            break
         want = names[p + 1]
-        if not want.startswith(CONTROL_KINDS):
+        if p < n_prompt - 1 or not want.startswith(CONTROL_KINDS):
             continue
         key = want if want.startswith("<g ") else "ctl"
         if key not in cache:
             cache[key] = np.array(cu.allowed(want))
         ids = cache[key]
-        got = int(ids[np.argmax(lg[p, ids])])
+        got = int(ids[np.argmax(np.asarray(row)[ids])])
         if got != cu.token_ids[want]:
             bad.append((p, want, cu.compiled.machine.token_names[got]))
     return bad
+
+
+def fast_rows(cu: ControlUnit, ids):
+    """The logits after every token of ids from the fast executor (gpu_layers.craft.fast)."""
+    from gpu_layers.craft.fast import FastMachine
+
+    fm = FastMachine(cu.compiled.machine)
+    st = fm.new_state()
+    for t in ids:
+        yield fm.step(st, int(t), logits=True)
