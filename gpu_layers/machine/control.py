@@ -112,11 +112,15 @@ class ControlUnit:
                 word = f"<pc bra {ins.target}>"
             elif ins.kind == "exit":
                 word = "<pc exit>"
+            elif ins.kind == "bar":
+                if ins.target and ins.target != nthreads:
+                    raise ControlError(f"line {ins.line}: `{ins.text}`: a barrier for part of the block")
+                word = "<pc bar>"
             elif ins.kind in ("op", "nop"):
                 word = "<pc plain>"
             else:
-                raise ControlError(f"line {ins.line}: `{ins.text}`: barriers and warp-synchronous "
-                                   "instructions are not in the control unit v0")
+                raise ControlError(f"line {ins.line}: `{ins.text}`: warp-synchronous instructions "
+                                   "are not in the control unit v0")
             out += [f"<pa {p}>", word]
         return out
 
@@ -131,7 +135,7 @@ class ControlUnit:
             elif k == "wi":
                 if t[1] != 0:
                     raise ControlError(f"warp {t[1]}: the control unit v0 runs one warp per block")
-                out.append(f"<wi 0 {t[2]}>")
+                out.append(f"<wi 0 {t[2]} {t[3]}>")
             elif k == "g":
                 out.append(tok_g(t[1], t[2]))
             elif k == "d":
@@ -172,20 +176,23 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi 0 P>: P mod 128
     pa_hi = c.input(bits("pa_hi", 2), default=0)              # ... P // 128
     p1 = c.input(bits("p1", PCBITS), default=0)               # <wi 0 P>: P + 1
-    cw = c.input(bits("cw", 2), default=0)                    # <pc ..>: 0 plain, 1 bra, 2 exit
+    cw = c.input(bits("cw", 3), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar
     tgt = c.input(bits("tgt", PCBITS), default=0)             # <pc bra T>: T
+    ph = c.input(bits("ph", 1), default=0)                    # <wi 0 P H>: H
     nb1 = c.input(bits("nb1", BBITS + 1), default=0)          # <blk B>: B + 1
     gk1 = c.input(bits("gk1", 4), default=0)                  # <g K ..>: K + 1
     gwe = c.input(bits("gwe", N), default=0)                  # <g K L>: threads issued (at 4K + j)
     gex = c.input(bits("gex", LANES), default=0)              # <g K L>: lanes executed
 
-    # L0: prompt registers, block and group registers (inputs from the embedding only)
+    # L0: prompt registers, block, phase and group registers (inputs from the embedding only)
     addr_lo = B.memory(c, "addr_lo", 1, BANK_BITS, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
     addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
     exists = B.memory(c, "exists", 1, N, 0, 0, ex_mask, we=hot["nt"]).outputs[0]
     nblocks = B.memory(c, "nblocks", 1, BBITS + 1, 0, 0, nb_in, we=hot["nb"]).outputs[0]
     blkreg = B.memory(c, "blkreg", 1, BBITS + 1, 0, 0, nb1, we=hot["blk"]).outputs[0]
+    phase_r = B.memory(c, "phase", 1, 1, 0, 0, ph, we=hot["wi"], reset=hot["blk"]).outputs[0]
     grp = B.memory(c, "grp", 1, 4, 0, 0, gk1, we=hot["g"], reset=hot["wi"] + hot["blk"]).outputs[0]
+    phase = phase_r.bit(0)
 
     # L0 MLP: the group after which the next group is searched, the last block
     later = c.new_field(dual("later", G))       # later[K] = K >= (last issued group + 1)
@@ -198,33 +205,36 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
-    prog = B.banked_memory(c, "prog", MAX_PC, 2 + PCBITS, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
+    prog = B.banked_memory(c, "prog", MAX_PC, 3 + PCBITS, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
                            we=hot["pc"]).outputs[0]
 
     # L2: the issue register: P + 1 (the cursor), P, the control word
-    issue = B.memory(c, "issue", 1, 2 * PCBITS + 2 + PCBITS - 1, 0, 0,
+    issue = B.memory(c, "issue", 1, 2 * PCBITS + 3 + PCBITS - 1, 0, 0,
                      [[p1, pa_lo, pa_hi, prog]], we=hot["wi"], reset=hot["blk"]).outputs[0]
     cur = [issue.bit(i) for i in range(PCBITS)]                                   # P + 1
     pcur = [issue.bit(PCBITS + i) for i in range(PCBITS - 1)]                     # P (9 bits)
-    is_bra = issue.bit(2 * PCBITS - 1)
-    is_exit = issue.bit(2 * PCBITS)
-    target = [issue.bit(2 * PCBITS + 1 + i) for i in range(PCBITS)]
+    base = 2 * PCBITS - 1
+    is_bra, is_exit, is_bar = (issue.bit(base + i) for i in range(3))
+    target = [issue.bit(base + 3 + i) for i in range(PCBITS)]
 
-    # L2 MLP: each lane's next PC and exit bit at a <g> token
-    npc = [c.new_field(bits(f"npc{j}", PCBITS + 1)) for j in range(LANES)]        # PC bits, exited
+    # L2 MLP: each lane's next PC word at a <g> token: PC, exited, waiting, the phase it waits in
+    WEXIT, WWAIT, WGEN = PCBITS, PCBITS + 1, PCBITS + 2
+    npc = [c.new_field(bits(f"npc{j}", PCBITS + 3)) for j in range(LANES)]
     m2 = MLPBuilder(c, "next_pc")
     for j in range(LANES):
         ex = gex.bit(j)
         for i in range(PCBITS):
             m2.boolean(npc[j], i, [(is_bra + ex + target[i] - 2.5, 0.5, 1.0),
                                    (2.0 * cur[i] - is_bra - ex - 0.5, 0.5, 1.0)])
-        m2.threshold(npc[j], PCBITS, is_exit + ex - 1.5, 0.5)
+        m2.threshold(npc[j], WEXIT, is_exit + ex - 1.5, 0.5)
+        m2.threshold(npc[j], WWAIT, is_bar + ex - 1.5, 0.5)
+        m2.threshold(npc[j], WGEN, is_bar + ex + phase - 2.5, 0.5)
     m2.build()
 
     # L3: the PC file, one head per thread, slot 0; reset at <blk>
     pcf = []
     for t in range(N):
-        r = B.memory(c, f"pc{t}", 1, PCBITS + 1, 0, 0, npc[t % LANES], we=gwe.bit(t),
+        r = B.memory(c, f"pc{t}", 1, PCBITS + 3, 0, 0, npc[t % LANES], we=gwe.bit(t),
                      reset=hot["blk"]).outputs[0]
         pcf.append(r)
 
@@ -235,53 +245,86 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     pv = lsum((1 << i) * pcur[i] for i in range(PCBITS - 1))
     BIG = 4096.0
 
-    # L3 MLP: runnable threads below / at or after the cursor; at or after P
-    below = c.new_field(dual("below", N))
-    after = c.new_field(dual("after", N))
-    atp = c.new_field(dual("atp", N))
+    def free_terms(t, lin):
+        """[lin > 0 and thread t alive and not waiting in the current phase] as exclusive steps
+        (waiting in phase g: wait = 1 and gen = g)."""
+        alive = exists.bit(t) - pcf[t].bit(WEXIT) - 1.0          # 0 when alive, else <= -1
+        w, g = pcf[t].bit(WWAIT), pcf[t].bit(WGEN)
+        return [(lin + BIG * (alive - w), 0.5, 1.0),                          # not waiting
+                (lin + BIG * (alive + w + g - phase - 2.0), 0.5, 1.0),        # waits in phase 1, now 0
+                (lin + BIG * (alive + w - g + phase - 2.0), 0.5, 1.0)]        # waits in phase 0, now 1
+
+    def alive_terms(t, lin):
+        return [(lin + BIG * (exists.bit(t) - pcf[t].bit(WEXIT) - 1.0), 0.5, 1.0)]
+
+    # L3 MLP: for each thread, below / at or after the cursor, at or after P: (a) among the threads
+    # free to run (alive, not waiting), (b) among all alive threads (the picker if this step
+    # released the barrier: every alive thread waits, so every one is released)
+    fields = {}
     m3 = MLPBuilder(c, "cursor")
-    for t in range(N):
-        run = exists.bit(t) - pcf[t].bit(PCBITS) - 1.0          # 0 when runnable, else <= -1
-        m3.threshold(below, t, curv - pcval(t) - 0.5 + BIG * run, 0.5)
-        m3.threshold(after, t, pcval(t) - curv + 0.5 + BIG * run, 0.5)
-        m3.threshold(atp, t, pcval(t) - pv + 0.5 + BIG * run, 0.5)
+    for mode, terms in (("run", free_terms), ("all", alive_terms)):
+        for nm in ("below", "after", "atp") if mode == "run" else ("below", "after"):
+            fields[mode, nm] = c.new_field(dual(f"{nm}_{mode}", N))
+        for t in range(N):
+            m3.boolean(fields[mode, "below"], t, terms(t, curv - pcval(t) - 0.5))
+            m3.boolean(fields[mode, "after"], t, terms(t, pcval(t) - curv + 0.5))
+            if mode == "run":
+                m3.boolean(fields[mode, "atp"], t, terms(t, pcval(t) - pv + 0.5))
     m3.build()
 
-    # L4 MLP: u beats t (runnable, lower key, ties to the lower thread); threads at P; any runnable
-    def key(t):
-        return pcval(t) + 1024.0 * below.bit(t)
+    pairs = [(u, t) for t in range(N) for u in range(N) if u != t]
 
-    beats = c.new_field(bits("beats", N * (N - 1)))
+    def runs(mode, t):
+        return fields[mode, "below"].bit(t) + fields[mode, "after"].bit(t)
+
+    # L4 MLP: u beats t (runnable, lower key, ties to the lower thread), per mode; threads at P;
+    # any alive thread; every alive thread waiting (the barrier is released)
+    beats = {}
     act = c.new_field(dual("act", N))
     anyrun = c.new_field(dual("anyrun", 1))
-    pairs = [(u, t) for t in range(N) for u in range(N) if u != t]
+    release = c.new_field(dual("release", 1))
     m4 = MLPBuilder(c, "pick")
-    for idx, (u, t) in enumerate(pairs):
-        run_u = below.bit(u) + after.bit(u)
-        slack = 0.5 if u < t else -0.5                  # u < t wins ties
-        m4.threshold(beats, idx, key(t) - key(u) + slack - BIG * (1.0 - run_u), 0.5)
+    for mode in ("run", "all"):
+        beats[mode] = c.new_field(bits(f"beats_{mode}", N * (N - 1)))
+
+        def key(t, mode=mode):
+            return pcval(t) + 1024.0 * fields[mode, "below"].bit(t)
+
+        for idx, (u, t) in enumerate(pairs):
+            slack = 0.5 if u < t else -0.5                  # u < t wins ties
+            m4.threshold(beats[mode], idx, key(t) - key(u) + slack - BIG * (1.0 - runs(mode, u)), 0.5)
     for t in range(N):
-        m4.threshold(act, t, below.bit(t) + atp.bit(t) - 1.5, 0.5)
-    m4.threshold(anyrun, 0, lsum(below.bit(t) + after.bit(t) for t in range(N)) - 0.5, 0.5)
+        m4.threshold(act, t, fields["run", "below"].bit(t) + fields["run", "atp"].bit(t) - 1.5, 0.5)
+    n_alive = lsum(runs("all", t) for t in range(N))
+    n_free = lsum(runs("run", t) for t in range(N))
+    m4.threshold(anyrun, 0, n_alive - 0.5, 0.5)
+    m4.threshold(release, 0, n_alive - (2.0 * N) * n_free - 0.5, 0.5)
     m4.build()
 
-    # L5 MLP: the winner; groups after the last issued one that have a thread at P
-    win = c.new_field(dual("win", N))
+    # L5 MLP: the winner of each mode; groups after the last issued one that have a thread at P;
+    # the phase after this step
+    win = {mode: c.new_field(dual(f"win_{mode}", N)) for mode in ("run", "all")}
     cand = c.new_field(dual("cand", G))
+    nphase = c.new_field(bits("nphase", 1))
     m5 = MLPBuilder(c, "winner")
-    for t in range(N):
-        lost = lsum(beats.bit(i) for i, (u, tt) in enumerate(pairs) if tt == t)
-        m5.threshold(win, t, below.bit(t) + after.bit(t) - lost - 0.5, 0.5)
+    for mode in ("run", "all"):
+        for t in range(N):
+            lost = lsum(beats[mode].bit(i) for i, (u, tt) in enumerate(pairs) if tt == t)
+            m5.threshold(win[mode], t, runs(mode, t) - lost - 0.5, 0.5)
     for k in range(G):
         m5.threshold(cand, k, lsum(act.bit(LANES * k + j) for j in range(LANES)) + 4.0 * later.bit(k) - 4.5, 0.5)
+    m5.boolean(nphase, 0, [(phase - release.bit(0) - 0.5, 0.5, 1.0), (release.bit(0) - phase - 0.5, 0.5, 1.0)])
     m5.build()
 
-    # L6 MLP: the winner's PC; the first candidate group
+    # L6 MLP: the next PC (the free threads' winner, or all alive threads' after a release); the
+    # first candidate group
     nextpc = c.new_field(bits("nextpc", PCBITS - 1))
     nextg = c.new_field(dual("nextg", G))
+    rel = release.bit(0)
     m6 = MLPBuilder(c, "next")
     for i in range(PCBITS - 1):
-        m6.boolean(nextpc, i, [(win.bit(t) + pcf[t].bit(i) - 1.5, 0.5, 1.0) for t in range(N)])
+        m6.boolean(nextpc, i, [(win["run"].bit(t) + pcf[t].bit(i) - rel - 1.5, 0.5, 1.0) for t in range(N)]
+                   + [(win["all"].bit(t) + pcf[t].bit(i) + rel - 2.5, 0.5, 1.0) for t in range(N)])
     for k in range(G):
         m6.threshold(nextg, k, cand.bit(k) - lsum(cand.bit(kk) for kk in range(k)) - 0.5, 0.5)
     m6.build()
@@ -296,6 +339,7 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
         c.token(f"<pa {p}>", kind=KINDS.index("pa"), pa_lo=p % 128, pa_hi=p // 128)
     c.token("<pc plain>", kind=KINDS.index("pc"), cw=0)
     c.token("<pc exit>", kind=KINDS.index("pc"), cw=2)
+    c.token("<pc bar>", kind=KINDS.index("pc"), cw=4)
     for p in range(MAX_PC):
         c.token(f"<pc bra {p}>", kind=KINDS.index("pc"), cw=1, tgt=p)
     for b in range(MAX_BLOCKS):
@@ -309,10 +353,12 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     c.token("<halt>", kind=KINDS.index("halt"))
     c.logit("<halt>", 60.0 * started + 20.0 * (1.0 - anyrun.bit(0)) + 10.0 * last.bit(0) + float(BBITS + 1))
     for p in range(MAX_PC):
-        name = f"<wi 0 {p}>"
-        c.token(name, kind=KINDS.index("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1)
-        match = lsum((1.0 if p >> i & 1 else -1.0) * nextpc.pm(i) for i in range(PCBITS - 1))
-        c.logit(name, 60.0 * started + 20.0 * anyrun.bit(0) + 10.0 + match)
+        for h in (0, 1):
+            name = f"<wi 0 {p} {h}>"
+            c.token(name, kind=KINDS.index("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h)
+            match = lsum((1.0 if p >> i & 1 else -1.0) * nextpc.pm(i) for i in range(PCBITS - 1))
+            match = match + (1.0 if h else -1.0) * nphase.pm(0)
+            c.logit(name, 60.0 * started + 20.0 * anyrun.bit(0) + 10.0 + match)
     for k in range(G):
         for st in range(1 << (2 * LANES)):
             issued, executed, _ = lane_masks(st)

@@ -7,7 +7,8 @@ groups of `lanes` consecutive lanes that hold an active thread, in lane order. E
 token, so each token names what it carries):
 
     <blk B>            block B starts (blocks run in order)
-    <wi W P>           warp W issues the instruction at machine PC P
+    <wi W P H>         warp W issues the instruction at machine PC P; H = the block's barrier
+                       phase before this step (it flips after a step that releases a barrier)
     <g K L U S>        lane group K of that issue: L = 2 bits per lane (lane j at bits 2j, 2j+1):
                        0 not issued (another PC, exited or absent), 1 issued but not executed
                        (guard false; for a branch: not taken), 2 executed (taken), 3 executed
@@ -20,6 +21,11 @@ token, so each token names what it carries):
     <dump N>           output buffer N follows, as <x X> tokens of its 16-bit words in order
     <x X>              16 bits of a dumped buffer
     <halt>             the launch is over
+
+Why H: a thread waiting at `bar.sync` waits for the phase it arrived in; when the last thread
+arrives (or the last one not waiting exits) every waiting thread is released at once. The release
+changes every waiting thread's state, and the phase is a state that computes its own next value,
+so the token after the releasing step carries the new phase and nothing else is rewritten.
 
 Why L names issued lanes and not only executed ones: every issued lane's PC moves (to PC + 1, or
 to the target when taken), and which lanes were issued depends on their old PCs; a DeltaNet memory
@@ -80,14 +86,15 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     prog = program_for(kernel)
     toks = []
     cols = {}
-    state = {"block": None, "issues": 0}
+    state = {"block": None, "issues": 0, "phase": 0}
     gmask = (1 << lanes) - 1
 
     def observe(W, ins, pc, active, done):
         if W.block_id != state["block"]:
             state["block"] = W.block_id
+            state["phase"] = 0
             toks.append(("blk", W.block_id))
-        toks.append(("wi", W.index, pc))
+        toks.append(("wi", W.index, pc, state["phase"]))
         dcols = cols.get(pc)
         if dcols is None:
             dcols = cols[pc] = _dst_columns(prog, ins)
@@ -126,6 +133,9 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                 data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
             toks.append(("g", k, lane_states(issued & gmask, e & gmask, v, lanes), u, same))
             toks.extend(data)
+        blk = W.block
+        if blk.waiting and blk.waiting == blk.alive:      # the interpreter releases after this step
+            state["phase"] ^= 1
 
     res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
                  step_budget=step_budget, observer=observe)
@@ -220,7 +230,8 @@ def describe(tok) -> str:
     if k == "blk":
         return f"<blk {tok[1]}>        block {tok[1]} starts"
     if k == "wi":
-        return f"<wi {tok[1]} {tok[2]}>      warp {tok[1]} issues machine instruction {tok[2]}"
+        ph = tok[3] if len(tok) > 3 else 0
+        return f"<wi {tok[1]} {tok[2]} {ph}>    warp {tok[1]} issues machine instruction {tok[2]} (barrier phase {ph})"
     if k == "g":
         _, grp, st, u, same = tok
         a, e, v = lane_masks(st)
