@@ -1,0 +1,317 @@
+"""The one-lane integer ALU block (gpu_layers.craft.blocks.alu):
+
+  1. its Python reference `alu_ref` agrees with the reference interpreter (the definition: it
+     matches a real GPU) on one-instruction PTX kernels, for every op and width (and every source
+     register width of the conversions), on edge values (0, 1, -1, MIN, MAX, shift amounts 0,
+     w-1, w, 31, 32, 63, 64, huge) and random ones;
+  2. the compiled block, for the tiny host's shapes and for Qwen3.5-2B's, driven through stock
+     transformers (one prefill = chunked path, token-by-token decode with the cache = recurrent
+     path, fp32), decodes to exactly alu_ref's (r, q) on random inputs of every op and width,
+     every output dim inside the 0.25 re-digitization margin;
+  3. its cost: depth 4 (4 layers compiled alone), the neuron count reported here.
+"""
+import numpy as np
+import pytest
+import torch
+
+from gpu_layers.craft import blocks as B
+from gpu_layers.craft.assemble import compile_circuit
+from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, alu_ref
+from gpu_layers.craft.circuit import Circuit
+from gpu_layers.craft.fields import bits, dual, onehot, rail3
+from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.craft.testing import TINY, encode_rows, run_paths
+from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
+from gpu_layers.interp import launch
+from gpu_layers.interp.snippets import kernel_ptx
+from gpu_layers.ptx import parse_ptx
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REAL_2B = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}
+M64 = (1 << 64) - 1
+SHIFTS = ("shl", "shr_u", "shr_s")
+CONVS = ("mov_a", "zext", "sext8", "sext16", "sext32")
+
+
+# ---- inputs: edge values and random ones, valid for each op (see the alu docstring) ----------
+
+def edges(w):
+    M, H = (1 << w) - 1, 1 << (w - 1)
+    return [0, 1, 2, M, M - 1, H, H - 1, H + 1, 0x5555555555555555 & M, 0xAAAAAAAAAAAAAAAA & M]
+
+
+def amounts(w):
+    return [0, 1, w - 1, w, w + 1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 255, 256, 1 << 31,
+            (1 << 32) - 1, (1 << 32) - 64, 0x12345678]
+
+
+def operand_pairs(rng, op, w, n):
+    """n (a, b) pairs for op at width w: every edge pair first, then random ones biased toward the
+    hard cases (b = a, one bit off, close, ~a +- 2: long carry and borrow chains; for the shifts
+    every amount edge; for the conversions any 64-bit a)."""
+    M = (1 << w) - 1
+    E = edges(w)
+    if op in SHIFTS:
+        fixed = [(x, k) for x in E for k in amounts(w)]
+    else:
+        fixed = [(x, y) for x in E for y in E]
+    out = []
+    for k in range(n):
+        if k < len(fixed) and k * 2 < n:
+            x, y = fixed[k]
+        else:
+            x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+            x &= M if rng.random() < 0.8 else (M >> int(rng.integers(0, w)))
+            if op in SHIFTS:
+                y = int(rng.choice(amounts(w))) if rng.random() < 0.4 else (
+                    int(rng.integers(0, w + 2)) if rng.random() < 0.7 else int(rng.integers(0, 1 << 32)))
+            else:
+                kind = rng.integers(0, 6)
+                z = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+                y = [x, x ^ (1 << int(rng.integers(0, w))), x + int(rng.integers(-300, 300)),
+                     ~x + int(rng.integers(-2, 3)), z, int(rng.choice(E))][kind] & M
+        if op in CONVS:                  # a conversion's source may be wider than w
+            if k >= len(fixed) or k * 2 >= n:
+                x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+                x &= M64 >> int(rng.choice([0, 0, 32, 48, 56, int(rng.integers(0, 64))]))
+            else:
+                x = x | (int(rng.integers(0, 1 << 63)) << w) & M64 if rng.random() < 0.5 else x
+        out.append((x & M64, y & M64))
+    return out
+
+
+# ---- 1. alu_ref against the reference interpreter ---------------------------------------------
+
+REG = {16: ("%rs", "u16"), 32: ("%r", "u32"), 64: ("%rd", "u64")}
+PRED = {"pand": "and.pred", "por": "or.pred", "pxor": "xor.pred"}
+
+
+def _reg(w, n):
+    return f"{REG[w][0]}{n}"
+
+
+def _to_width(w, dst, src64):
+    return f"\tmov.b64 \t{dst}, {src64};\n" if w == 64 else f"\tcvt.{REG[w][1]}.u64 \t{dst}, {src64};\n"
+
+
+def ptx_body(op, w, src_w=None):
+    """One instruction of `op` at width w between loads of a, b, p (u64 slots) and stores of r, q.
+    src_w: the source register width of a conversion."""
+    sw = src_w or w
+    A, Bw, D = _reg(sw, 10), _reg(w, 11), _reg(w, 12)
+    body = ("\tld.param.u64 \t%rd1, [out];\n\tcvta.to.global.u64 \t%rd1, %rd1;\n"
+            "\tld.param.u64 \t%rd2, [inp];\n\tcvta.to.global.u64 \t%rd2, %rd2;\n"
+            "\tmov.u32 \t%r1, %tid.x;\n\tmov.u32 \t%r2, %ctaid.x;\n\tmov.u32 \t%r3, %ntid.x;\n"
+            "\tmul.lo.u32 \t%r2, %r2, %r3;\n\tadd.u32 \t%r1, %r1, %r2;\n"
+            "\tmul.wide.u32 \t%rd3, %r1, 24;\n\tadd.s64 \t%rd2, %rd2, %rd3;\n"
+            "\tmul.wide.u32 \t%rd3, %r1, 16;\n\tadd.s64 \t%rd1, %rd1, %rd3;\n"
+            "\tld.global.u64 \t%rd20, [%rd2];\n\tld.global.u64 \t%rd21, [%rd2+8];\n"
+            "\tld.global.u64 \t%rd22, [%rd2+16];\n\tsetp.ne.u64 \t%p1, %rd22, 0;\n")
+    body += _to_width(sw, A, "%rd20") + _to_width(w, Bw, "%rd21")
+    body += "\tmov.u64 \t%rd30, 0;\n\tmov.u64 \t%rd31, 0;\n"          # r, q
+    t = REG[w][1][1:]
+    if op.startswith("setp_"):
+        cmp = op[5:]
+        ty = "u" if cmp in ("eq", "ne") else cmp[-1]
+        body += f"\tsetp.{cmp[:2]}.{ty}{t} \t%p2, {A}, {Bw};\n\tselp.u64 \t%rd31, 1, 0, %p2;\n"
+        return body
+    if op in ("pand", "por", "pxor", "pnot"):
+        body += ("\tand.b64 \t%rd23, %rd20, 1;\n\tsetp.ne.u64 \t%p3, %rd23, 0;\n"
+                 "\tand.b64 \t%rd24, %rd21, 1;\n\tsetp.ne.u64 \t%p4, %rd24, 0;\n")
+        body += "\tnot.pred \t%p2, %p3;\n" if op == "pnot" else f"\t{PRED[op]} \t%p2, %p3, %p4;\n"
+        return body + "\tselp.u64 \t%rd31, 1, 0, %p2;\n"
+    ins = {"mov_a": f"mov.b{t} \t{D}, {A}", "add": f"add.s{t} \t{D}, {A}, {Bw}",
+           "sub": f"sub.u{t} \t{D}, {A}, {Bw}", "and": f"and.b{t} \t{D}, {A}, {Bw}",
+           "or": f"or.b{t} \t{D}, {A}, {Bw}", "xor": f"xor.b{t} \t{D}, {A}, {Bw}",
+           "not_a": f"not.b{t} \t{D}, {A}", "shl": f"shl.b{t} \t{D}, {A}, %r40",
+           "shr_u": f"shr.u{t} \t{D}, {A}, %r40", "shr_s": f"shr.s{t} \t{D}, {A}, %r40",
+           "min_u": f"min.u{t} \t{D}, {A}, {Bw}", "min_s": f"min.s{t} \t{D}, {A}, {Bw}",
+           "max_u": f"max.u{t} \t{D}, {A}, {Bw}", "max_s": f"max.s{t} \t{D}, {A}, {Bw}",
+           "selp": f"selp.b{t} \t{D}, {A}, {Bw}, %p1"}
+    if op in SHIFTS:
+        body += "\tcvt.u32.u64 \t%r40, %rd21;\n"                 # the amount: b as a .u32
+    if op == "zext":
+        body += f"\tcvt.u{t}.u{sw} \t{D}, {A};\n" if sw != w else f"\tmov.b{t} \t{D}, {A};\n"
+    elif op.startswith("sext"):
+        s = int(op[4:])
+        body += f"\tcvt.s{t}.s{s} \t{D}, {A};\n" if s != w else f"\tmov.b{t} \t{D}, {A};\n"
+    else:
+        body += f"\t{ins[op]};\n"
+    body += "\tmov.b64 \t%rd30, %rd12;\n" if w == 64 else f"\tcvt.u64.{REG[w][1]} \t%rd30, {D};\n"
+    return body
+
+
+def run_interp(op, w, rows, src_w=None):
+    """[(r, q)] of the interpreter for rows of (a, b, p); a, b truncated to the register widths."""
+    body = ptx_body(op, w, src_w) + "\tst.global.u64 \t[%rd1], %rd30;\n\tst.global.u64 \t[%rd1+8], %rd31;\n\tret;\n"
+    kernel = parse_ptx(kernel_ptx(body, params=(("out", "u64"), ("inp", "u64")))).kernel()
+    block = 128
+    n = -(-len(rows) // block) * block
+    inp = np.zeros((n, 3), np.uint64)
+    inp[:len(rows)] = np.array(rows, dtype=np.uint64)
+    res = launch(kernel, n // block, block, [np.zeros(2 * n, np.uint64), inp.reshape(-1)])
+    out = res.buffers[0].reshape(n, 2)
+    return [(int(r), int(q)) for r, q in out[:len(rows)]]
+
+
+def test_alu_ops_table():
+    assert len(ALU_OPS) == len(set(ALU_OPS)) == 33
+    assert ALU_OPS[:3] == ("mov_a", "add", "sub") and ALU_WIDTHS == (16, 32, 64)
+
+
+def test_reference_agrees_with_the_interpreter():
+    """alu_ref(op, w, a, b, p) == what one PTX instruction computes on the reference interpreter,
+    for every op, width and (conversions) source register width; the ALU's operands are the
+    source registers zero-extended to 64 bits."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for op in ALU_OPS:
+        for w in ALU_WIDTHS:
+            srcs = [None]
+            if op == "zext":
+                srcs = list(ALU_WIDTHS)
+            elif op.startswith("sext"):
+                srcs = [s for s in ALU_WIDTHS if s >= int(op[4:])]
+            for sw in srcs:
+                pairs = operand_pairs(rng, op, w, 160)
+                rows = [(x, y, int(rng.integers(0, 2))) for x, y in pairs]
+                got = run_interp(op, w, rows, sw)
+                for (x, y, p), (gr, gq) in zip(rows, got):
+                    xa = x & ((1 << (sw or w)) - 1)            # the source register's bits
+                    yb = y if op in SHIFTS else y & ((1 << w) - 1)
+                    r, q = alu_ref(op, w, xa, yb, p)
+                    if op.startswith("setp_") or op in ("pand", "por", "pxor", "pnot"):
+                        assert (r, q) == (0, gq), (op, w, hex(x), hex(y), p, q, gq)
+                    else:
+                        assert (r, q) == (gr, 0), (op, w, sw, hex(x), hex(y), p, hex(r), hex(gr))
+                    checked += 1
+    assert checked > 15_000
+
+
+# ---- 2. the compiled block through stock transformers ------------------------------------------
+
+def alu_circuit(a_enc="bits", b_enc="bits", enc="bits"):
+    c = Circuit("alu")
+    op = c.input(onehot("op", len(ALU_OPS)))
+    width = c.input(onehot("width", len(ALU_WIDTHS)))
+    make = {"bits": bits, "dual": dual, "rail3": rail3}
+    a = c.input(make[a_enc]("a", 64))
+    b = c.input(make[b_enc]("b", 64))
+    p = c.input(dual("p", 1))
+    blk = B.alu(c, op, width, a, b, p, enc=enc)
+    return c, blk
+
+
+def random_rows(rng, per_op):
+    """Rows of every op, widths cycling, each with valid operands: {field: array}, expected (r, q)."""
+    cols = {"op": [], "width": [], "a": [], "b": [], "p": []}
+    for k, op in enumerate(ALU_OPS):
+        for wi, w in enumerate(ALU_WIDTHS):
+            n = per_op // 3 + (1 if wi < per_op % 3 else 0)
+            for x, y in operand_pairs(rng, op, w, n):
+                cols["op"].append(k)
+                cols["width"].append(wi)
+                cols["a"].append(x)
+                cols["b"].append(y)
+                cols["p"].append(int(rng.integers(0, 2)))
+    perm = rng.permutation(len(cols["op"]))
+    vals = {n: np.array(v, dtype=np.uint64 if n in "ab" else np.int64)[perm] for n, v in cols.items()}
+    exp = [alu_ref(int(o), ALU_WIDTHS[int(w)], int(x), int(y), int(p))
+           for o, w, x, y, p in zip(vals["op"], vals["width"], vals["a"], vals["b"], vals["p"])]
+    vals["a"], vals["b"] = vals["a"].view(np.int64), vals["b"].view(np.int64)
+    r = np.array([e[0] for e in exp], dtype=np.uint64).view(np.int64)
+    q = np.array([e[1] for e in exp], dtype=np.int64)
+    return vals, r, q
+
+
+def check_paths(comp, blk, vals, r, q, shapes):
+    """{path: (wrong rows, margin failures)} for one prefill and one token-by-token decode."""
+    rf, qf = blk.outputs
+    model = build_machine_model(comp.machine)
+    X = encode_rows(comp, {n: (np.zeros_like(v) if comp.layout.fields[n].enc == "rail3" else v)
+                           for n, v in vals.items()})
+    for f in comp.circuit.inputs:          # rail3 (a memory read): every 64-bit word present
+        if f.enc == "rail3":
+            bit = (vals[f.name].view(np.uint64)[:, None] >> np.arange(f.n, dtype=np.uint64)) & np.uint64(1)
+            bit = bit.astype(np.float64)
+            X[:, f.start:f.stop] = np.stack([bit - 0.5, 0.5 - bit], -1).reshape(len(bit), 2 * f.n)
+    res = {}
+    for path, (Bsz, n) in shapes.items():
+        h = run_paths(comp, X[:n].reshape(Bsz, n // Bsz, -1), paths=(path,), model=model)[path]
+        flat = h.reshape(-1, h.shape[-1])
+        rv, rok = comp.decode(rf.name, flat)
+        qv, qok = comp.decode(qf.name, flat)
+        bad = np.nonzero((rv != r[:n]) | (qv != q[:n]))[0]
+        if bad.size:
+            k = bad[0]
+            print(f"{path}: {ALU_OPS[vals['op'][k]]} w={ALU_WIDTHS[vals['width'][k]]} "
+                  f"a={int(vals['a'][k]) & M64:#x} b={int(vals['b'][k]) & M64:#x} p={vals['p'][k]}: "
+                  f"r {int(rv[k]) & M64:#x} q {qv[k]}, want r {int(r[k]) & M64:#x} q {q[k]}")
+        res[path] = (int(bad.size), int((~rok).sum() + (~qok).sum()))
+    return res
+
+
+@pytest.fixture(scope="module")
+def tiny_alu():
+    c, blk = alu_circuit()
+    return compile_circuit(c, TINY), blk
+
+
+def test_cost_and_depth(tiny_alu):
+    comp, blk = tiny_alu
+    c2, blk2 = alu_circuit()
+    comp2 = compile_circuit(c2, REAL_2B)
+    assert blk.cost.depth == 4 and comp.num_layers == 4 and comp2.num_layers == 4
+    assert blk.cost.neurons == blk2.cost.neurons < 3200
+    assert blk.cost.value_dims == 0
+    per_stage = [st.neurons for st in blk.stages]
+    assert max(per_stage) * 4 < REAL_2B["intermediate_size"]      # 4 lanes share each layer
+    print(f"ALU cost: {blk.cost.neurons} neurons, stages {per_stage}, depth {blk.cost.depth}")
+    print(comp.report())
+    print(comp2.report())
+
+
+def test_exact_on_tiny_shapes(tiny_alu):
+    comp, blk = tiny_alu
+    rng = np.random.default_rng(1)
+    vals, r, q = random_rows(rng, 600)
+    n = len(r)
+    res = check_paths(comp, blk, vals, r, q, {"prefill": (n // 64 // 4 * 4, n // 64 // 4 * 4 * 64),
+                                              "decode": (1024, 4096)})
+    for path, (wrong, margin) in res.items():
+        assert wrong == 0, f"tiny {path}: {wrong} wrong rows"
+        assert margin == 0, f"tiny {path}: {margin} outputs outside the margin"
+
+
+def test_exact_on_qwen35_2b_shapes():
+    c, blk = alu_circuit()
+    comp = compile_circuit(c, REAL_2B)
+    rng = np.random.default_rng(2)
+    vals, r, q = random_rows(rng, 128)
+    res = check_paths(comp, blk, vals, r, q, {"prefill": (64, 4096), "decode": (512, 1024)})
+    for path, (wrong, margin) in res.items():
+        assert wrong == 0, f"2B {path}: {wrong} wrong rows"
+        assert margin == 0, f"2B {path}: {margin} outputs outside the margin"
+
+
+def test_exact_with_dual_and_memory_read_operands():
+    """a as a dual field, b as a rail3 memory read (the register file's encoding), r and q dual."""
+    c, blk = alu_circuit("dual", "rail3", "dual")
+    comp = compile_circuit(c, TINY)
+    rng = np.random.default_rng(3)
+    vals, r, q = random_rows(rng, 40)
+    n = len(r) // 64 * 64
+    res = check_paths(comp, blk, vals, r, q, {"prefill": (n // 64, n)})
+    assert res["prefill"] == (0, 0), res
+
+
+def test_block_ref_is_alu_ref(tiny_alu):
+    """Block.ref (what circuits built from the ALU are checked against) is alu_ref on field values."""
+    comp, blk = tiny_alu
+    rng = np.random.default_rng(4)
+    vals, r, q = random_rows(rng, 6)
+    rf, qf = blk.outputs
+    for k in range(len(r)):
+        got = blk.ref({n: int(v[k]) for n, v in vals.items()})
+        assert got == {rf.name: int(r[k]) & M64, qf.name: int(q[k])}
