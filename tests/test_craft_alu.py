@@ -12,15 +12,10 @@
 """
 import numpy as np
 import pytest
-import torch
 
-from gpu_layers.craft import blocks as B
 from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, alu_ref
-from gpu_layers.craft.circuit import Circuit
-from gpu_layers.craft.fields import bits, dual, onehot, rail3
-from gpu_layers.craft.machine_model import build_machine_model
-from gpu_layers.craft.testing import TINY, encode_rows, run_paths
+from gpu_layers.craft.testing import TINY, alu_circuit, alu_operand_pairs, alu_rows, run_alu
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
@@ -31,45 +26,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 REAL_2B = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}
 M64 = (1 << 64) - 1
 SHIFTS = ("shl", "shr_u", "shr_s")
-CONVS = ("mov_a", "zext", "sext8", "sext16", "sext32")
-
-
-# ---- inputs: edge values and random ones, valid for each op (see the alu docstring) ----------
-
-def edges(w):
-    M, H = (1 << w) - 1, 1 << (w - 1)
-    return [0, 1, 2, M, M - 1, H, H - 1, H + 1]          # 0, 1, 2, -1, -2, MIN, MAX, MIN + 1
-
-
-def amounts(w):
-    return [0, 1, 2, w - 1, w, w + 1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 256, 1 << 31,
-            (1 << 32) - 1, (1 << 32) - 64, 0x12345678]
-
-
-def operand_pairs(rng, op, w, n):
-    """(a, b) pairs for op at width w: every edge pair (edges x edges; for the shifts edges x
-    amounts), then n random ones biased toward the hard cases (b = a, one bit off, close, ~a +- 2:
-    long carry and borrow chains; shift amounts around w, 32 and 64; for the conversions any
-    64-bit a, also with bits above w)."""
-    M = (1 << w) - 1
-    E = edges(w)
-    pairs = [(x, k) for x in E for k in amounts(w)] if op in SHIFTS else [(x, y) for x in E for y in E]
-    for _ in range(n):
-        x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
-        x &= M if rng.random() < 0.8 else (M >> int(rng.integers(0, w)))
-        if op in SHIFTS:
-            y = int(rng.choice(amounts(w))) if rng.random() < 0.3 else (
-                int(rng.integers(0, w + 2)) if rng.random() < 0.8 else int(rng.integers(0, 1 << 32)))
-        else:
-            kind = rng.integers(0, 6)
-            z = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
-            y = [x, x ^ (1 << int(rng.integers(0, w))), x + int(rng.integers(-300, 300)),
-                 ~x + int(rng.integers(-2, 3)), z, int(rng.choice(E))][kind] & M
-        pairs.append((x, y))
-    if op in CONVS:                  # a conversion's source register may be wider than w
-        pairs = [(x | (int(rng.integers(0, 1 << 63)) << w) & M64 if rng.random() < 0.5 else x, y)
-                 for x, y in pairs]
-    return [(x & M64, y & M64) for x, y in pairs]
 
 
 # ---- 1. alu_ref against the reference interpreter ---------------------------------------------
@@ -165,7 +121,7 @@ def test_reference_agrees_with_the_interpreter():
             elif op.startswith("sext"):
                 srcs = [s for s in ALU_WIDTHS if s >= int(op[4:])]
             for sw in srcs:
-                pairs = operand_pairs(rng, op, w, 64)
+                pairs = alu_operand_pairs(rng, op, w, 64)
                 rows = [(x, y, int(rng.integers(0, 2))) for x, y in pairs]
                 got = run_interp(op, w, rows, sw)
                 for (x, y, p), (gr, gq) in zip(rows, got):
@@ -181,66 +137,6 @@ def test_reference_agrees_with_the_interpreter():
 
 
 # ---- 2. the compiled block through stock transformers ------------------------------------------
-
-def alu_circuit(a_enc="bits", b_enc="bits", enc="bits"):
-    c = Circuit("alu")
-    op = c.input(onehot("op", len(ALU_OPS)))
-    width = c.input(onehot("width", len(ALU_WIDTHS)))
-    make = {"bits": bits, "dual": dual, "rail3": rail3}
-    a = c.input(make[a_enc]("a", 64))
-    b = c.input(make[b_enc]("b", 64))
-    p = c.input(dual("p", 1))
-    blk = B.alu(c, op, width, a, b, p, enc=enc)
-    return c, blk
-
-
-def random_rows(rng, per_width):
-    """Rows of every op and width (edge pairs + per_width random ones), shuffled, each with valid operands: {field: array}, expected (r, q)."""
-    cols = {"op": [], "width": [], "a": [], "b": [], "p": []}
-    for k, op in enumerate(ALU_OPS):
-        for wi, w in enumerate(ALU_WIDTHS):
-            for x, y in operand_pairs(rng, op, w, per_width):
-                cols["op"].append(k)
-                cols["width"].append(wi)
-                cols["a"].append(x)
-                cols["b"].append(y)
-                cols["p"].append(int(rng.integers(0, 2)))
-    perm = rng.permutation(len(cols["op"]))
-    vals = {n: np.array(v, dtype=np.uint64 if n in "ab" else np.int64)[perm] for n, v in cols.items()}
-    exp = [alu_ref(int(o), ALU_WIDTHS[int(w)], int(x), int(y), int(p))
-           for o, w, x, y, p in zip(vals["op"], vals["width"], vals["a"], vals["b"], vals["p"])]
-    vals["a"], vals["b"] = vals["a"].view(np.int64), vals["b"].view(np.int64)
-    r = np.array([e[0] for e in exp], dtype=np.uint64).view(np.int64)
-    q = np.array([e[1] for e in exp], dtype=np.int64)
-    return vals, r, q
-
-
-def check_paths(comp, blk, vals, r, q, shapes):
-    """{path: (wrong rows, margin failures)} for one prefill and one token-by-token decode."""
-    rf, qf = blk.outputs
-    model = build_machine_model(comp.machine)
-    X = encode_rows(comp, {n: (np.zeros_like(v) if comp.layout.fields[n].enc == "rail3" else v)
-                           for n, v in vals.items()})
-    for f in comp.circuit.inputs:          # rail3 (a memory read): every 64-bit word present
-        if f.enc == "rail3":
-            bit = (vals[f.name].view(np.uint64)[:, None] >> np.arange(f.n, dtype=np.uint64)) & np.uint64(1)
-            bit = bit.astype(np.float64)
-            X[:, f.start:f.stop] = np.stack([bit - 0.5, 0.5 - bit], -1).reshape(len(bit), 2 * f.n)
-    res = {}
-    for path, (Bsz, n) in shapes.items():
-        h = run_paths(comp, X[:n].reshape(Bsz, n // Bsz, -1), paths=(path,), model=model)[path]
-        flat = h.reshape(-1, h.shape[-1])
-        rv, rok = comp.decode(rf.name, flat)
-        qv, qok = comp.decode(qf.name, flat)
-        bad = np.nonzero((rv != r[:n]) | (qv != q[:n]))[0]
-        if bad.size:
-            k = bad[0]
-            print(f"{path}: {ALU_OPS[vals['op'][k]]} w={ALU_WIDTHS[vals['width'][k]]} "
-                  f"a={int(vals['a'][k]) & M64:#x} b={int(vals['b'][k]) & M64:#x} p={vals['p'][k]}: "
-                  f"r {int(rv[k]) & M64:#x} q {qv[k]}, want r {int(r[k]) & M64:#x} q {q[k]}")
-        res[path] = (int(bad.size), int((~rok).sum() + (~qok).sum()))
-    return res
-
 
 @pytest.fixture(scope="module")
 def tiny_alu():
@@ -276,24 +172,24 @@ def test_exact_on_tiny_shapes(tiny_alu):
     """Every edge pair of every op and width, plus 64 random rows each (13,608 rows), in one
     prefill; 2,048 of them token by token."""
     comp, blk = tiny_alu
-    vals, r, q = random_rows(np.random.default_rng(1), 64)
-    _assert_exact(check_paths(comp, blk, vals, r, q, {"prefill": _prefix(len(r)), "decode": (32, 2048)}),
+    vals, r, q = alu_rows(np.random.default_rng(1), 64)
+    _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": _prefix(len(r)), "decode": (32, 2048)}),
                   "tiny")
 
 
 def test_exact_on_qwen35_2b_shapes():
     c, blk = alu_circuit()
     comp = compile_circuit(c, REAL_2B)
-    vals, r, q = random_rows(np.random.default_rng(2), 16)
-    _assert_exact(check_paths(comp, blk, vals, r, q, {"prefill": (32, 2048), "decode": (16, 512)}), "2B")
+    vals, r, q = alu_rows(np.random.default_rng(2), 16)
+    _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": (32, 2048), "decode": (16, 512)}), "2B")
 
 
 def test_exact_with_dual_and_memory_read_operands():
     """a as a dual field, b as a rail3 memory read (the register file's encoding), r and q dual."""
     c, blk = alu_circuit("dual", "rail3", "dual")
     comp = compile_circuit(c, TINY)
-    vals, r, q = random_rows(np.random.default_rng(3), 4)
-    _assert_exact(check_paths(comp, blk, vals, r, q, {"prefill": (32, 2048)}), "dual/rail3")
+    vals, r, q = alu_rows(np.random.default_rng(3), 4)
+    _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": (32, 2048)}), "dual/rail3")
 
 
 @pytest.mark.slow
@@ -301,8 +197,8 @@ def test_exact_sweep_tiny_shapes(tiny_alu):
     """The long sweep: 1,000 random rows per op and width (3,000+ per op, 106,272 rows with the
     edges) in prefill, 8,192 of them token by token."""
     comp, blk = tiny_alu
-    vals, r, q = random_rows(np.random.default_rng(5), 1000)
-    _assert_exact(check_paths(comp, blk, vals, r, q, {"prefill": _prefix(len(r)), "decode": (32, 8192)}),
+    vals, r, q = alu_rows(np.random.default_rng(5), 1000)
+    _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": _prefix(len(r)), "decode": (32, 8192)}),
                   "tiny sweep")
 
 
@@ -310,7 +206,7 @@ def test_block_ref_is_alu_ref(tiny_alu):
     """Block.ref (what circuits built from the ALU are checked against) is alu_ref on field values."""
     comp, blk = tiny_alu
     rng = np.random.default_rng(4)
-    vals, r, q = random_rows(rng, 1)
+    vals, r, q = alu_rows(rng, 1)
     rf, qf = blk.outputs
     for k in range(len(r)):
         got = blk.ref({n: int(v[k]) for n, v in vals.items()})
