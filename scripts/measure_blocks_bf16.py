@@ -62,7 +62,7 @@ def alu_row(quick):
     n = 2048 if quick else len(r) // 64 * 64
     shapes = {"prefill": (n // 64, n), "decode": (32, min(n, 2048))}
     res = {dt: run_alu(comp, blk, vals, r, q, shapes, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
-    print(f"{'alu (1 lane, 64b, 33 ops)':32} {fmt(res[torch.float32]):28} {fmt(res[torch.bfloat16]):28} "
+    print(f"{'alu (1 lane, 64b, 36 ops)':32} {fmt(res[torch.float32]):28} {fmt(res[torch.bfloat16]):28} "
           f"{n:>6}  {blk.cost.row()}", flush=True)
 
 

@@ -80,9 +80,9 @@ def ptx_body(op, w, src_w=None):
         body += "\tcvt.u32.u64 \t%r40, %rd21;\n"                 # the amount: b as a .u32
     if op == "zext":
         body += f"\tcvt.u{t}.u{sw} \t{D}, {A};\n" if sw != w else f"\tmov.b{t} \t{D}, {A};\n"
-    elif op.startswith("sext"):
-        s = int(op[4:])
-        body += f"\tcvt.s{t}.s{s} \t{D}, {A};\n" if s != w else f"\tmov.b{t} \t{D}, {A};\n"
+    elif op[:4] in ("sext", "zext"):
+        s, k = int(op[4:]), ("s" if op[0] == "s" else "u")
+        body += f"\tcvt.{k}{t}.{k}{s} \t{D}, {A};\n" if s != w else f"\tmov.b{t} \t{D}, {A};\n"
     else:
         body += f"\t{ins[op]};\n"
     body += "\tmov.b64 \t%rd30, %rd12;\n" if w == 64 else f"\tcvt.u64.{REG[w][1]} \t%rd30, {D};\n"
@@ -103,7 +103,7 @@ def run_interp(op, w, rows, src_w=None):
 
 
 def test_alu_ops_table():
-    assert len(ALU_OPS) == len(set(ALU_OPS)) == 33
+    assert len(ALU_OPS) == len(set(ALU_OPS)) == 36
     assert ALU_OPS[:3] == ("mov_a", "add", "sub") and ALU_WIDTHS == (16, 32, 64)
 
 
@@ -118,7 +118,7 @@ def test_reference_agrees_with_the_interpreter():
             srcs = [None]
             if op == "zext":
                 srcs = list(ALU_WIDTHS)
-            elif op.startswith("sext"):
+            elif op[:4] in ("sext", "zext"):
                 srcs = [s for s in ALU_WIDTHS if s >= int(op[4:])]
             for sw in srcs:
                 pairs = alu_operand_pairs(rng, op, w, 64)
@@ -169,7 +169,7 @@ def _prefix(n, T=64):
 
 
 def test_exact_on_tiny_shapes(tiny_alu):
-    """Every edge pair of every op and width, plus 64 random rows each (13,608 rows), in one
+    """Every edge pair of every op and width, plus 64 random rows each (14,760 rows), in one
     prefill; 2,048 of them token by token."""
     comp, blk = tiny_alu
     vals, r, q = alu_rows(np.random.default_rng(1), 64)
@@ -194,7 +194,7 @@ def test_exact_with_dual_and_memory_read_operands():
 
 @pytest.mark.slow
 def test_exact_sweep_tiny_shapes(tiny_alu):
-    """The long sweep: 1,000 random rows per op and width (3,000+ per op, 106,272 rows with the
+    """The long sweep: 1,000 random rows per op and width (3,000+ per op, 115,848 rows with the
     edges) in prefill, 8,192 of them token by token."""
     comp, blk = tiny_alu
     vals, r, q = alu_rows(np.random.default_rng(5), 1000)

@@ -360,7 +360,7 @@ def run_memory(config=None, B=40, T=256, seed=0, dtype=torch.float32, paths=("pr
 
 _M64 = (1 << 64) - 1
 _ALU_SHIFTS = ("shl", "shr_u", "shr_s")
-_ALU_CONVS = ("mov_a", "zext", "sext8", "sext16", "sext32")
+_ALU_CONVS = ("mov_a", "zext", "sext8", "sext16", "sext32", "zext8", "zext16", "zext32")
 
 
 def alu_edges(w):

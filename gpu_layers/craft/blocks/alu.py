@@ -15,7 +15,7 @@ Interface
   q      1-bit predicate result (same encoding) of setp_* and pand/por/pxor/pnot; 0 otherwise
 
 Operands arrive as the source registers' bits zero-extended to 64 bits. Precondition (what the
-register file delivers): a < 2**w and b < 2**w for every op except mov_a / zext / sext*, which read
+register file delivers): a < 2**w and b < 2**w for every op except mov_a / zext* / sext*, which read
 any a (a conversion's source register may be wider or narrower than w); for the shifts b is the
 u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definition on valid inputs
 (it masks every operand to its PTX type width, as the reference interpreter does).
@@ -30,6 +30,7 @@ u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definiti
   setp_CMP        q = a CMP b, CMP in eq ne lt le gt ge, _u unsigned / _s signed
   pand por pxor   q = a0 OP b0 on bit 0 of a and b; pnot: q = !a0
   sext8/16/32     r = a's low 8/16/32 bits sign-extended to w (truncated when w is narrower)
+  zext8/16/32     r = a's low 8/16/32 bits zero-extended to w (cvt.u32.u8 of a 16-bit register, ...)
 
 Construction (all steps are threshold steps of `circuit.Step`; every unit's last steps are gated by
 `op` and the width mask, so the result mux costs no stage; a step may write many dims at once)
@@ -64,7 +65,8 @@ ALU_OPS = ("mov_a", "add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "
            "min_u", "min_s", "max_u", "max_s", "selp",
            "setp_eq", "setp_ne", "setp_lt_u", "setp_lt_s", "setp_le_u", "setp_le_s",
            "setp_gt_u", "setp_gt_s", "setp_ge_u", "setp_ge_s",
-           "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32")
+           "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32",
+           "zext8", "zext16", "zext32")
 ALU_WIDTHS = (16, 32, 64)
 N = 64
 CHUNK = 8
@@ -76,10 +78,11 @@ SHR = ("shr_u", "shr_s")
 SHIFT = ("shl",) + SHR
 ARITH = ("add", "sub")
 TOPS = ("add", "sub", "and", "or", "xor")
-MOVES = ("mov_a", "zext", "sext8", "sext16", "sext32")
+MOVES = ("mov_a", "zext", "sext8", "sext16", "sext32", "zext8", "zext16", "zext32")
 SELB = ("selp", "min_u", "min_s", "max_u", "max_s")
 SIGNED = ("min_s", "max_s", "setp_lt_s", "setp_le_s", "setp_gt_s", "setp_ge_s")
 SEXT = {"sext8": 8, "sext16": 16, "sext32": 32}
+ZEXT = {"zext8": 8, "zext16": 16, "zext32": 32}
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -136,6 +139,8 @@ def alu_ref(op, width, a: int, b: int, p: int) -> tuple[int, int]:
         r = x if p & 1 else y
     elif op in SEXT:
         r = _sx(a, SEXT[op])
+    elif op in ZEXT:
+        r = a & ((1 << ZEXT[op]) - 1)
     else:
         raise AssertionError(op)
     return r & M, 0
@@ -342,7 +347,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             s3.step(sgn.bit(0) - 0.5, 0.5, [(y, j, 1.0) for j in range(4 * v)], [dmid.hot(v), O("shr_s")])
     s3.step(sgn.bit(0) - 0.5, 0.5, [(y, j, 1.0) for j in range(N)], [big.bit(0), O("shr_s")])
     for i in range(N):              # select unit: pa ? a : b
-        sela = O("mov_a", "zext", *SELB, *[o for o, s in SEXT.items() if i < s])
+        sela = O("mov_a", "zext", *SELB, *[o for o, s in (*SEXT.items(), *ZEXT.items()) if i < s])
         s3.step(A(i) - 0.5, 0.5, [(y, i, 1.0)], [sela, pa.bit(0)])
         s3.step(B(i) - 0.5, 0.5, [(y, i, 1.0)], [O(*SELB), 1.0 - pa.bit(0)])
     for o, s in SEXT.items():       # sext: bits s.. are a's bit s-1 (masked to w in stage 4)
@@ -365,7 +370,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     # ---- stage 4 -------------------------------------------------------------------------
     s4 = _Stage(c, f"{name}_s4")
     r = s4.field(out_field(c, f"{name}_r", enc, N))
-    normal = O("shl", "mov_a", "zext", *SELB, *SEXT)
+    normal = O("shl", *MOVES, *SELB)
     for i in range(N):
         s4.step(y.bit(i) - 0.5, 0.5, [(r, i, 1.0)], [normal, allow(i)])
         s4.step(y.bit(N - 1 - i) - 0.5, 0.5, [(r, i, 1.0)], [O(*SHR), allow(i)])
