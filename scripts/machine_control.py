@@ -1,8 +1,8 @@
-"""The control unit v0 on every eligible suite and gpu-truth case: does the model predict every
+"""The control unit on every eligible suite and gpu-truth case: does the model predict every
 control token of the oracle's stream? (gpu_layers/machine/control.py; stock transformers, fp32.)
 
 Eligible: lowers to machine code, one warp per block of <= --threads threads, < 512 machine PCs,
-no barriers or warp-synchronous instructions; longer streams than --max-tokens are skipped.
+no warp-synchronous instructions (barriers are in); longer streams than --max-tokens are skipped.
 --engine fast (default) runs the compact exact executor (gpu_layers/craft/fast.py, thousands of
 tokens/s), --engine stock one stock transformers prefill per case (~60 tokens/s here). Prints a
 table (case, blocks, threads, tokens, control tokens, mismatches, seconds) and the totals; exit
@@ -49,7 +49,7 @@ def main():
     shapes = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}
     cu = build_control_unit(shapes, threads=args.threads)
     m = cu.compiled.machine
-    print(f"control unit v0: {len(m.layers)} layers, W = {m.width}, {m.vocab_size} tokens, "
+    print(f"control unit: {len(m.layers)} layers, W = {m.width}, {m.vocab_size} tokens, "
           f"{args.threads} threads (Qwen3.5-2B layer shapes), engine {args.engine}")
     model = cu.model() if args.engine == "stock" else None
     print(f"{'case':28s} {'blocks':>6s} {'thr':>4s} {'tokens':>7s} {'control':>7s} {'wrong':>6s} {'s':>6s}")

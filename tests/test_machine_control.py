@@ -1,8 +1,8 @@
-"""The control unit v0 (gpu_layers.machine.control) driven through stock transformers Qwen3.5 layers
+"""The control unit (gpu_layers.machine.control) driven through stock transformers Qwen3.5 layers
 (fp32, CPU), compiled for Qwen3.5-2B's per-layer shapes: on real nvcc kernels lowered to machine
 code, the model predicts every control token of the oracle's stream (which block starts, which PC
-the warp issues by the cursor rule, which lane group comes next and which of its lanes are issued,
-when the launch ends), on the chunked prefill path and on the recurrent decode path with the cache.
+the warp issues by the cursor rule and the barrier phase, which lane group comes next and which of
+its lanes are issued, when the launch ends), on the chunked prefill path and on the recurrent decode path with the cache.
 """
 from pathlib import Path
 
@@ -52,8 +52,10 @@ def _control_count(names, n0):
 
 
 # divergence: 16 threads, data-dependent branches that split and rejoin lane groups;
-# bitwise_ops: 2 blocks of 4 threads, loops.
-@pytest.mark.parametrize("name", ["divergence", "bitwise_ops"])
+# scan_inclusive_i32: 2 blocks of 16 threads meeting at bar.sync in a loop (threads wait in the
+# phase they arrived in; the releasing step flips it). More kernels: the fast-executor test below
+# and scripts/machine_control.py.
+@pytest.mark.parametrize("name", ["divergence", "scan_inclusive_i32"])
 def test_prefill_predicts_every_control_token(unit, name):
     cu, model = unit
     names, n0 = _stream(cu, name)
@@ -67,6 +69,8 @@ def test_fast_executor_same_predictions(unit):
     """The fast executor (compiled layers only, sparse, recurrent) chooses the same token as the
     stock prefill at every position, within every allowed set, and checks clean."""
     cu, model = unit
+    names, n0 = _stream(cu, "bitwise_ops")            # 2 blocks of 4 threads, loops
+    assert check_predictions(cu, names, n0, fast_rows(cu, cu.encode(names))) == []
     names, n0 = _stream(cu, "divergence")
     ids = cu.encode(names)
     with torch.no_grad():
@@ -115,13 +119,13 @@ def test_refusals(unit):
     mk = lower(module_for(c.ptx()).kernel(c.kernel))
     with pytest.raises(ControlError, match="threads per block"):
         cu.prompt_tokens(mk, c.grid, c.block)
-    c = _cases()["scan_inclusive_i32"]              # 16 threads, bar.sync
+    c = _cases()["warp_scan"]                       # shfl.sync: a warp-synchronous wait
     mk = lower(module_for(c.ptx()).kernel(c.kernel))
-    with pytest.raises(ControlError, match="barriers"):
-        cu.prompt_tokens(mk, c.grid, c.block)
+    with pytest.raises(ControlError, match="warp-synchronous"):
+        cu.prompt_tokens(mk, c.grid, (16, 1, 1))
     with pytest.raises(ControlError, match="one warp"):
         cu.stream_tokens([("wi", 1, 0)])
     with pytest.raises(ControlError, match="not a token"):
-        cu.encode(["<wi 0 512>"])
+        cu.encode(["<wi 0 512 0>"])
     with pytest.raises(ControlError):
         build_control_unit(REAL_2B, threads=12)

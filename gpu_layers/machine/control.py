@@ -1,7 +1,8 @@
-"""The machine's control unit, v0: per-thread PCs in DeltaNet state and the cursor-rule scheduler.
+"""The machine's control unit: per-thread PCs in DeltaNet state, the cursor-rule scheduler, barriers.
 
 The model predicts every control token of the protocol (docs/protocol.md) itself: which block
-starts (`<blk B>`), which PC the warp issues next (`<wi 0 P>`, the interpreter's cursor rule),
+starts (`<blk B>`), which PC the warp issues next and the barrier phase (`<wi 0 P H>`, the
+interpreter's cursor rule),
 which lane group is issued next and which of its lanes are at that PC (`<g K L ..>`'s K and the
 issued part of L), and when the launch is over (`<halt>`). The datapath (register file, ALU,
 memory) is not part of this circuit: the stream's `<g>` lane states and `<d>` tokens are taken as
@@ -15,30 +16,39 @@ its own next value):
     the new PC (PC + 1, or the branch target when taken) from the issue memory and the program;
   * the cursor is the issued PC + 1, carried by the `<wi 0 P>` token (its embedding holds P + 1);
   * the block index comes with `<blk B>` (its embedding holds B + 1);
+  * a thread at `bar.sync` stores "waiting in phase g" (the phase of its step) in its PC word; the
+    step after which every alive thread waits (the last arrives, or the last one not waiting exits)
+    releases them all: the next `<wi 0 P H>` carries the flipped phase, and from then on nobody
+    waits in it. Nothing is rewritten at a release (the phase computes its own next value: only a
+    token can carry it). At the releasing step's last token both pickers' answers exist (the
+    threads free to run, and all alive threads) and the release bit selects one;
   * a new block needs no writes: `<blk>` resets the PC file (the gate closes), and an unwritten
     PC reads as 0 with the thread runnable.
 
-Scope v0 (refused by name otherwise, `ControlError`): one warp per block of up to `threads` (16 or
-32) threads, machine PCs < 512, up to 1024 blocks; no barriers and no warp-synchronous
-instructions (both change who may run), which the v1 control unit adds.
+Scope (refused by name otherwise, `ControlError`): one warp per block of up to `threads` (16 or
+32) threads, machine PCs < 512, up to 1024 blocks, barriers of the whole block; no
+warp-synchronous instructions (shfl/vote/match/bar.warp.sync wait for their membermask) yet, and
+no blocks of several warps (the warps' round robin needs one more token per step: which warp).
 
 Vocabulary:
   prompt   <nt T>  threads per block       <nb N>  blocks in the grid
-           <pa P>  program address          <pc plain> / <pc exit> / <pc bra T>: instruction P's
+           <pa P>  program address          <pc plain|exit|bar> / <pc bra T>: instruction P's
                                             control word (written at the last <pa>)
-  trace    <blk B>  <wi 0 P>  <g K L>  <d>  <halt>   (<g>'s U and S and every <d>'s content are
+  trace    <blk B>  <wi 0 P H>  <g K L>  <d>  <halt>   (<g>'s U and S and every <d>'s content are
            not control: the circuit's tokens drop them, `stream_tokens` maps the oracle's stream)
 
 Layers (as the scheduler places them for Qwen3.5-2B's shapes, 16 threads):
-  L0 mixer  the prompt registers (address, launch), the block register (B + 1), the group register
-            (the last issued group K + 1, reset by <wi>)
+  L0 mixer  the prompt registers (address, launch), the block register (B + 1), the phase
+            register (H), the group register (the last issued group K + 1, reset by <wi>)
   L1 mixer  program memory (4 banks of 128 control words), read at <wi>'s P
   L2 mixer  the issue register: P, P + 1, the control word (written at <wi>)
-  L2 MLP    each lane's next PC and exit bit for a <g> token
+  L2 MLP    each lane's next PC word for a <g> token: PC, exited, waiting, the phase it waits in
   L3 mixer  the PC file: one head per thread (slot 0), written at <g> where the lane was issued
-  L3-L6 MLP runnable, below/at-or-above the cursor, at P; the pairwise picker (the lowest PC at
-            or after the cursor, else the lowest), the winner's PC; the next lane group
-  LM head   <wi 0 P>: the winner's PC; <g K L>: the next group and its issued lanes; <blk>/<halt>
+  L3-L6 MLP free to run / alive, below/at-or-above the cursor, at P; two pairwise pickers (the
+            lowest PC at or after the cursor, else the lowest: among the free threads, and among
+            all alive ones), the release bit, the next PC and phase; the next lane group
+  LM head   <wi 0 P H>: the next PC and phase; <g K L>: the next group and its issued lanes;
+            <blk>/<halt>
 """
 from __future__ import annotations
 
@@ -66,7 +76,7 @@ CW = ("plain", "bra", "exit")
 
 
 class ControlError(QwenGPUError):
-    """A kernel, launch or stream outside what the control unit v0 supports."""
+    """A kernel, launch or stream outside what the control unit supports."""
 
 
 def tok_g(k: int, states: int) -> str:
@@ -86,7 +96,7 @@ class ControlUnit:
         try:
             return [self.token_ids[n] for n in names]
         except KeyError as e:
-            raise ControlError(f"{e.args[0]!r} is not a token of the control unit v0") from None
+            raise ControlError(f"{e.args[0]!r} is not a token of the control unit") from None
 
     def decode(self, ids) -> list[str]:
         names = self.compiled.machine.token_names
@@ -94,18 +104,18 @@ class ControlUnit:
 
     # ---- prompt and stream ------------------------------------------------------------------
     def prompt_tokens(self, kernel, grid, block) -> list[str]:
-        """The launch and the program's control words as prompt tokens (refuses what v0 lacks)."""
+        """The launch and the program's control words as prompt tokens (refuses what the unit lacks)."""
         from gpu_layers.interp.machine import program_for
 
         nthreads = block[0] * block[1] * block[2]
         nblocks = grid[0] * grid[1] * grid[2]
         if not 1 <= nthreads <= self.threads:
-            raise ControlError(f"{nthreads} threads per block: the control unit v0 runs up to {self.threads}")
+            raise ControlError(f"{nthreads} threads per block: the control unit runs up to {self.threads}")
         if not 1 <= nblocks <= MAX_BLOCKS:
-            raise ControlError(f"{nblocks} blocks: the control unit v0 runs up to {MAX_BLOCKS}")
+            raise ControlError(f"{nblocks} blocks: the control unit runs up to {MAX_BLOCKS}")
         code = program_for(kernel).code
         if len(code) > MAX_PC:
-            raise ControlError(f"{len(code)} machine instructions: the control unit v0 holds {MAX_PC}")
+            raise ControlError(f"{len(code)} machine instructions: the control unit holds {MAX_PC}")
         out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
         for p, ins in enumerate(code):
             if ins.kind == "bra":
@@ -120,7 +130,7 @@ class ControlUnit:
                 word = "<pc plain>"
             else:
                 raise ControlError(f"line {ins.line}: `{ins.text}`: warp-synchronous instructions "
-                                   "are not in the control unit v0")
+                                   "are not in the control unit")
             out += [f"<pa {p}>", word]
         return out
 
@@ -134,7 +144,7 @@ class ControlUnit:
                 out.append(f"<blk {t[1]}>")
             elif k == "wi":
                 if t[1] != 0:
-                    raise ControlError(f"warp {t[1]}: the control unit v0 runs one warp per block")
+                    raise ControlError(f"warp {t[1]}: the control unit runs one warp per block")
                 out.append(f"<wi 0 {t[2]} {t[3]}>")
             elif k == "g":
                 out.append(tok_g(t[1], t[2]))
@@ -164,11 +174,11 @@ def _g_parts(name: str):
 
 
 def build_control_unit(config, threads: int = 16) -> ControlUnit:
-    """Compile the control unit v0 for a Qwen3.5 text config (or shapes dict)."""
+    """Compile the control unit for a Qwen3.5 text config (or shapes dict)."""
     if threads not in (4, 8, 16, 32):
         raise ControlError("threads must be 4, 8, 16 or 32 (one warp)")
     N, G = threads, threads // LANES
-    c = Circuit("control_v0")
+    c = Circuit("control_v1")
     kind = c.input(onehot("kind", len(KINDS)), default=KINDS.index("d"))
     hot = {k: kind.hot(i) for i, k in enumerate(KINDS)}
     ex_mask = c.input(bits("ex_mask", N), default=0)          # <nt T>: threads 0..T-1 exist
