@@ -71,7 +71,7 @@ MAX_PC = 512
 BANK_BITS = 7            # 128 control words per program bank (Qwen3.5-2B's key head)
 BBITS = 10               # blocks <= 1024 (B + 1 <= 1024 needs 11 bits: see nb1)
 MAX_BLOCKS = 1024
-KINDS = ("nt", "nb", "pa", "pc", "blk", "wi", "g", "d", "halt")
+KINDS = ("nt", "nb", "pa", "pc", "blk", "w", "wi", "g", "d", "halt")
 CW = ("plain", "bra", "exit")
 
 
@@ -142,10 +142,10 @@ class ControlUnit:
             k = t[0]
             if k == "blk":
                 out.append(f"<blk {t[1]}>")
+            elif k == "w":
+                out.append(f"<w {t[1]} {t[2]}>")
             elif k == "wi":
-                if t[1] != 0:
-                    raise ControlError(f"warp {t[1]}: the control unit runs one warp per block")
-                out.append(f"<wi 0 {t[2]} {t[3]}>")
+                out.append(f"<wi {t[1]} {t[2]} {t[3]}>")
             elif k == "g":
                 out.append(tok_g(t[1], t[2]))
             elif k == "d":
@@ -162,7 +162,7 @@ class ControlUnit:
         if name.startswith("<g "):
             want = _g_parts(name)[1:]
             return [i for n, i in ids.items() if n.startswith("<g ") and _g_parts(n)[1:] == want]
-        return [i for n, i in ids.items() if n.startswith(("<wi ", "<blk ")) or n == "<halt>"]
+        return [i for n, i in ids.items() if n.startswith(("<w ", "<wi ", "<blk ")) or n == "<halt>"]
 
 
 def _g_parts(name: str):
@@ -173,176 +173,274 @@ def _g_parts(name: str):
     return k, executed, preds
 
 
+def _match(value: int, field, n: int) -> Lin:
+    """+-1 agreement of the n low bits of value with a bits field (max n, any miss costs >= 2)."""
+    return lsum((1.0 if value >> i & 1 else -1.0) * field.pm(i) for i in range(n))
+
+
 def build_control_unit(config, threads: int = 16) -> ControlUnit:
-    """Compile the control unit for a Qwen3.5 text config (or shapes dict)."""
-    if threads not in (4, 8, 16, 32):
-        raise ControlError("threads must be 4, 8, 16 or 32 (one warp)")
-    N, G = threads, threads // LANES
-    c = Circuit("control_v1")
+    """Compile the control unit for a Qwen3.5 text config (or shapes dict) and blocks of up to
+    `threads` threads (4 .. 32: one warp; 64 .. 256: several warps, round robin)."""
+    if threads not in (4, 8, 16, 32, 64, 128, 256):
+        raise ControlError("threads must be 4, 8, 16, 32, 64, 128 or 256")
+    L = min(threads, 32)                  # lanes of a warp (one PC head each)
+    NW = max(1, threads // 32)            # warps of a block (PC slots)
+    G = L // LANES                        # lane groups of a warp
+    WB = max(1, (NW - 1).bit_length())    # bits of a warp index
+    TB = threads.bit_length()             # bits of a thread count <= threads
+    c = Circuit("control_v2")
     kind = c.input(onehot("kind", len(KINDS)), default=KINDS.index("d"))
     hot = {k: kind.hot(i) for i, k in enumerate(KINDS)}
-    ex_mask = c.input(bits("ex_mask", N), default=0)          # <nt T>: threads 0..T-1 exist
+    nt_in = c.input(bits("nt_in", TB), default=0)             # <nt T>: T
     nb_in = c.input(bits("nb_in", BBITS + 1), default=0)      # <nb N>: N
-    pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi 0 P>: P mod 128
+    pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi W P H>: P mod 128
     pa_hi = c.input(bits("pa_hi", 2), default=0)              # ... P // 128
-    p1 = c.input(bits("p1", PCBITS), default=0)               # <wi 0 P>: P + 1
+    p1 = c.input(bits("p1", PCBITS), default=0)               # <wi W P H>: P + 1
     cw = c.input(bits("cw", 3), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar
     tgt = c.input(bits("tgt", PCBITS), default=0)             # <pc bra T>: T
-    ph = c.input(bits("ph", 1), default=0)                    # <wi 0 P H>: H
+    ph = c.input(bits("ph", 1), default=0)                    # <wi W P H> / <w W H>: H
+    ww = c.input(bits("ww", WB), default=0)                   # <wi W P H> / <w W H>: W
+    ww1 = c.input(bits("ww1", WB + 1), default=0)             # <wi W P H>: W + 1
     nb1 = c.input(bits("nb1", BBITS + 1), default=0)          # <blk B>: B + 1
     gk1 = c.input(bits("gk1", 4), default=0)                  # <g K ..>: K + 1
-    gwe = c.input(bits("gwe", N), default=0)                  # <g K L>: threads issued (at 4K + j)
+    gwe = c.input(bits("gwe", L), default=0)                  # <g K L>: lanes issued (at 4K + j)
     gex = c.input(bits("gex", LANES), default=0)              # <g K L>: lanes executed
+    BIG = 4096.0
 
     # L0: prompt registers, block, phase and group registers (inputs from the embedding only)
     addr_lo = B.memory(c, "addr_lo", 1, BANK_BITS, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
     addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
-    exists = B.memory(c, "exists", 1, N, 0, 0, ex_mask, we=hot["nt"]).outputs[0]
+    nthr = B.memory(c, "nthreads", 1, TB, 0, 0, nt_in, we=hot["nt"]).outputs[0]
     nblocks = B.memory(c, "nblocks", 1, BBITS + 1, 0, 0, nb_in, we=hot["nb"]).outputs[0]
     blkreg = B.memory(c, "blkreg", 1, BBITS + 1, 0, 0, nb1, we=hot["blk"]).outputs[0]
-    phase_r = B.memory(c, "phase", 1, 1, 0, 0, ph, we=hot["wi"], reset=hot["blk"]).outputs[0]
+    phase_r = B.memory(c, "phase", 1, 1, 0, 0, ph, we=hot["wi"] + hot["w"], reset=hot["blk"]).outputs[0]
     grp = B.memory(c, "grp", 1, 4, 0, 0, gk1, we=hot["g"], reset=hot["wi"] + hot["blk"]).outputs[0]
     phase = phase_r.bit(0)
+    tval = lsum((1 << i) * nthr.bit(i) for i in range(TB))
 
-    # L0 MLP: the group after which the next group is searched, the last block
+    # L0 MLP: the group after which the next group is searched, the last block, which warps exist,
+    # several warps (then each step starts with <w W H>)
     later = c.new_field(dual("later", G))       # later[K] = K >= (last issued group + 1)
     last = c.new_field(dual("last", 1))         # B + 1 >= number of blocks
+    wexists = c.new_field(dual("wexists", NW))
+    multi = c.new_field(dual("multi", 1))
     m0 = MLPBuilder(c, "ctl0")
     kc = lsum((1 << i) * grp.bit(i) for i in range(4))
     for k in range(G):
         m0.threshold(later, k, float(k) - kc + 0.5, 0.5)
     m0.threshold(last, 0, lsum((1 << i) * (blkreg.bit(i) - nblocks.bit(i)) for i in range(BBITS + 1)) + 0.5, 0.5)
+    for w in range(NW):
+        m0.threshold(wexists, w, tval - 32.0 * w - 0.5, 0.5)
+    m0.threshold(multi, 0, tval - 32.5, 0.5)
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
     prog = B.banked_memory(c, "prog", MAX_PC, 3 + PCBITS, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
                            we=hot["pc"]).outputs[0]
 
-    # L2: the issue register: P + 1 (the cursor), P, the control word
-    issue = B.memory(c, "issue", 1, 2 * PCBITS + 3 + PCBITS - 1, 0, 0,
-                     [[p1, pa_lo, pa_hi, prog]], we=hot["wi"], reset=hot["blk"]).outputs[0]
-    cur = [issue.bit(i) for i in range(PCBITS)]                                   # P + 1
+    # L2: the issue register: P + 1, P, the control word, W + 1, W
+    issue = B.memory(c, "issue", 1, 2 * PCBITS + 3 + PCBITS - 1 + 2 * WB + 1, 0, 0,
+                     [[p1, pa_lo, pa_hi, prog, ww1, ww]], we=hot["wi"], reset=hot["blk"]).outputs[0]
     pcur = [issue.bit(PCBITS + i) for i in range(PCBITS - 1)]                     # P (9 bits)
     base = 2 * PCBITS - 1
     is_bra, is_exit, is_bar = (issue.bit(base + i) for i in range(3))
     target = [issue.bit(base + 3 + i) for i in range(PCBITS)]
+    cur_issue = [issue.bit(i) for i in range(PCBITS)]                             # P + 1
+    wbase = base + 3 + PCBITS
+    wcur = lsum((1 << i) * issue.bit(wbase + i) for i in range(WB + 1))           # W + 1 (0 at a block start)
+    wiss = [issue.bit(wbase + WB + 1 + i) for i in range(WB)]                     # W
+    wiss_v = lsum((1 << i) * wiss[i] for i in range(WB))
+    ww_v = lsum((1 << i) * ww.bit(i) for i in range(WB))
 
-    # L2 MLP: each lane's next PC word at a <g> token: PC, exited, waiting, the phase it waits in
+    # L2 MLP: the warp whose PCs this token reads (the <w> token's, else the issuing warp's), which
+    # of its lanes exist; each lane's next PC word for a <g> token (PC, exited, waiting, its phase)
     WEXIT, WWAIT, WGEN = PCBITS, PCBITS + 1, PCBITS + 2
+    sel = c.new_field(bits("selw", WB))
+    lexists = c.new_field(dual("lexists", L))
     npc = [c.new_field(bits(f"npc{j}", PCBITS + 3)) for j in range(LANES)]
     m2 = MLPBuilder(c, "next_pc")
+    isw = hot["w"]
+    for i in range(WB):
+        m2.boolean(sel, i, [(isw + ww.bit(i) - 1.5, 0.5, 1.0), (wiss[i] - isw - 0.5, 0.5, 1.0)])
+    for lane in range(L):
+        m2.boolean(lexists, lane, [(tval - 32.0 * ww_v - lane - 0.5 + BIG * (isw - 1.0), 0.5, 1.0),
+                                   (tval - 32.0 * wiss_v - lane - 0.5 - BIG * isw, 0.5, 1.0)])
     for j in range(LANES):
         ex = gex.bit(j)
         for i in range(PCBITS):
             m2.boolean(npc[j], i, [(is_bra + ex + target[i] - 2.5, 0.5, 1.0),
-                                   (2.0 * cur[i] - is_bra - ex - 0.5, 0.5, 1.0)])
+                                   (2.0 * cur_issue[i] - is_bra - ex - 0.5, 0.5, 1.0)])
         m2.threshold(npc[j], WEXIT, is_exit + ex - 1.5, 0.5)
         m2.threshold(npc[j], WWAIT, is_bar + ex - 1.5, 0.5)
         m2.threshold(npc[j], WGEN, is_bar + ex + phase - 2.5, 0.5)
     m2.build()
 
-    # L3: the PC file, one head per thread, slot 0; reset at <blk>
-    pcf = []
-    for t in range(N):
-        r = B.memory(c, f"pc{t}", 1, PCBITS + 3, 0, 0, npc[t % LANES], we=gwe.bit(t),
-                     reset=hot["blk"]).outputs[0]
-        pcf.append(r)
+    # L3: the PC file (one head per lane, slot = warp) and each warp's cursor (written at <wi>)
+    NS = 1 << WB                          # warp slots (a binary address of WB bits)
+    pcf = [B.memory(c, f"pc{lane}", NS, PCBITS + 3, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
+                    reset=hot["blk"]).outputs[0] for lane in range(L)]
+    cursor = B.memory(c, "cursor", NS, PCBITS, ww, sel, p1, we=hot["wi"], reset=hot["blk"]).outputs[0]
 
     def pcval(t):
         return lsum((1 << i) * pcf[t].bit(i) for i in range(PCBITS))
 
-    curv = lsum((1 << i) * cur[i] for i in range(PCBITS))
+    curv = lsum((1 << i) * cursor.bit(i) for i in range(PCBITS))
     pv = lsum((1 << i) * pcur[i] for i in range(PCBITS - 1))
-    BIG = 4096.0
 
-    def free_terms(t, lin):
-        """[lin > 0 and thread t alive and not waiting in the current phase] as exclusive steps
-        (waiting in phase g: wait = 1 and gen = g)."""
-        alive = exists.bit(t) - pcf[t].bit(WEXIT) - 1.0          # 0 when alive, else <= -1
+    def free_terms(t, lin, ph_lin=phase):
+        """[lin > 0 and lane t alive and not waiting in phase ph_lin] as exclusive steps."""
+        alive = lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0          # 0 when alive, else <= -1
         w, g = pcf[t].bit(WWAIT), pcf[t].bit(WGEN)
-        return [(lin + BIG * (alive - w), 0.5, 1.0),                          # not waiting
-                (lin + BIG * (alive + w + g - phase - 2.0), 0.5, 1.0),        # waits in phase 1, now 0
-                (lin + BIG * (alive + w - g + phase - 2.0), 0.5, 1.0)]        # waits in phase 0, now 1
+        return [(lin + BIG * (alive - w), 0.5, 1.0),
+                (lin + BIG * (alive + w + g - ph_lin - 2.0), 0.5, 1.0),
+                (lin + BIG * (alive + w - g + ph_lin - 2.0), 0.5, 1.0)]
 
     def alive_terms(t, lin):
-        return [(lin + BIG * (exists.bit(t) - pcf[t].bit(WEXIT) - 1.0), 0.5, 1.0)]
+        return [(lin + BIG * (lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0), 0.5, 1.0)]
 
-    # L3 MLP: for each thread, below / at or after the cursor, at or after P: (a) among the threads
-    # free to run (alive, not waiting), (b) among all alive threads (the picker if this step
-    # released the barrier: every alive thread waits, so every one is released)
+    # L3 MLP: per lane, below / at or after the cursor and at or after P, among the lanes free to
+    # run and among all alive ones; free in phase 0 / in phase 1 (the warp's summary)
     fields = {}
     m3 = MLPBuilder(c, "cursor")
     for mode, terms in (("run", free_terms), ("all", alive_terms)):
         for nm in ("below", "after", "atp") if mode == "run" else ("below", "after"):
-            fields[mode, nm] = c.new_field(dual(f"{nm}_{mode}", N))
-        for t in range(N):
+            fields[mode, nm] = c.new_field(dual(f"{nm}_{mode}", L))
+        for t in range(L):
             m3.boolean(fields[mode, "below"], t, terms(t, curv - pcval(t) - 0.5))
             m3.boolean(fields[mode, "after"], t, terms(t, pcval(t) - curv + 0.5))
             if mode == "run":
                 m3.boolean(fields[mode, "atp"], t, terms(t, pcval(t) - pv + 0.5))
+    freeh = [c.new_field(dual(f"free_ph{h}", L)) for h in (0, 1)]
+    for h in (0, 1):
+        for t in range(L):
+            m3.boolean(freeh[h], t, free_terms(t, Lin({}, 0.5), Lin({}, float(h))))
     m3.build()
 
-    pairs = [(u, t) for t in range(N) for u in range(N) if u != t]
+    pairs = [(u, t) for t in range(L) for u in range(L) if u != t]
 
     def runs(mode, t):
         return fields[mode, "below"].bit(t) + fields[mode, "after"].bit(t)
 
-    # L4 MLP: u beats t (runnable, lower key, ties to the lower thread), per mode; threads at P;
-    # any alive thread; every alive thread waiting (the barrier is released)
+    # L4 MLP: the lane pickers (u beats t: runnable, lower key, ties to the lower lane), the lanes
+    # at P, the one-warp release bit, this warp's summary (no lane alive; none free in phase h)
     beats = {}
-    act = c.new_field(dual("act", N))
-    anyrun = c.new_field(dual("anyrun", 1))
+    act = c.new_field(dual("act", L))
     release = c.new_field(dual("release", 1))
+    summ = c.new_field(dual("summary", 3))
     m4 = MLPBuilder(c, "pick")
     for mode in ("run", "all"):
-        beats[mode] = c.new_field(bits(f"beats_{mode}", N * (N - 1)))
+        beats[mode] = c.new_field(bits(f"beats_{mode}", L * (L - 1)))
 
         def key(t, mode=mode):
             return pcval(t) + 1024.0 * fields[mode, "below"].bit(t)
 
         for idx, (u, t) in enumerate(pairs):
-            slack = 0.5 if u < t else -0.5                  # u < t wins ties
+            slack = 0.5 if u < t else -0.5
             m4.threshold(beats[mode], idx, key(t) - key(u) + slack - BIG * (1.0 - runs(mode, u)), 0.5)
-    for t in range(N):
+    for t in range(L):
         m4.threshold(act, t, fields["run", "below"].bit(t) + fields["run", "atp"].bit(t) - 1.5, 0.5)
-    n_alive = lsum(runs("all", t) for t in range(N))
-    n_free = lsum(runs("run", t) for t in range(N))
-    m4.threshold(anyrun, 0, n_alive - 0.5, 0.5)
-    m4.threshold(release, 0, n_alive - (2.0 * N) * n_free - 0.5, 0.5)
+    n_alive = lsum(runs("all", t) for t in range(L))
+    n_free = lsum(runs("run", t) for t in range(L))
+    m4.threshold(release, 0, n_alive - (2.0 * L) * n_free - 0.5 - BIG * multi.bit(0), 0.5)
+    m4.threshold(summ, 0, 0.5 - n_alive, 0.5)
+    for h in (0, 1):
+        m4.threshold(summ, 1 + h, 0.5 - lsum(freeh[h].bit(t) for t in range(L)), 0.5)
     m4.build()
 
-    # L5 MLP: the winner of each mode; groups after the last issued one that have a thread at P;
-    # the phase after this step
-    win = {mode: c.new_field(dual(f"win_{mode}", N)) for mode in ("run", "all")}
+    # L5: every warp's summary, written at every token for the warp this token reads
+    wreads = []
+    for w in range(NW):
+        wreads.append(B.memory(c, f"wstate{w}", NS, 3, sel, w, summ, reset=hot["blk"]).outputs[0])
+
+    # L5 MLP: the lane winners; candidate groups; per warp: below / at or after the warp cursor,
+    # free (alive, a lane not waiting in the current phase) or alive; any warp alive; the release
+    win = {mode: c.new_field(dual(f"win_{mode}", L)) for mode in ("run", "all")}
     cand = c.new_field(dual("cand", G))
     nphase = c.new_field(bits("nphase", 1))
+    wf = {}
+    for mode in ("run", "all"):
+        for nm in ("below", "after"):
+            wf[mode, nm] = c.new_field(dual(f"w{nm}_{mode}", NW))
+    anyrun = c.new_field(dual("anyrun", 1))
+    wrelease = c.new_field(dual("wrelease", 1))
     m5 = MLPBuilder(c, "winner")
     for mode in ("run", "all"):
-        for t in range(N):
+        for t in range(L):
             lost = lsum(beats[mode].bit(i) for i, (u, tt) in enumerate(pairs) if tt == t)
             m5.threshold(win[mode], t, runs(mode, t) - lost - 0.5, 0.5)
     for k in range(G):
         m5.threshold(cand, k, lsum(act.bit(LANES * k + j) for j in range(LANES)) + 4.0 * later.bit(k) - 4.5, 0.5)
     m5.boolean(nphase, 0, [(phase - release.bit(0) - 0.5, 0.5, 1.0), (release.bit(0) - phase - 0.5, 0.5, 1.0)])
+
+    def wterms(w, lin, mode):
+        ex, dead = wexists.bit(w), wreads[w].bit(0)
+        if mode == "all":
+            return [(lin + BIG * (ex - dead - 1.0), 0.5, 1.0)]
+        nf0, nf1 = wreads[w].bit(1), wreads[w].bit(2)        # no lane free in phase 0 / 1
+        return [(lin + BIG * (ex - nf0 - phase - 1.0), 0.5, 1.0),
+                (lin + BIG * (ex - nf1 + phase - 2.0), 0.5, 1.0)]
+
+    for mode in ("run", "all"):
+        for w in range(NW):
+            m5.boolean(wf[mode, "below"], w, wterms(w, wcur - w - 0.5, mode))
+            m5.boolean(wf[mode, "after"], w, wterms(w, w - wcur + 0.5, mode))
+    n_walive = lsum(wexists.bit(w) - wreads[w].bit(0) for w in range(NW))
+    m5.threshold(anyrun, 0, n_walive - 0.5, 0.5)
     m5.build()
 
-    # L6 MLP: the next PC (the free threads' winner, or all alive threads' after a release); the
-    # first candidate group
+    def wruns(mode, w):
+        return wf[mode, "below"].bit(w) + wf[mode, "after"].bit(w)
+
+    # L6 MLP: the next PC (one warp: the free lanes' winner, or all alive lanes' after a release);
+    # the first candidate group; the warp pickers; the warp-level release
     nextpc = c.new_field(bits("nextpc", PCBITS - 1))
     nextg = c.new_field(dual("nextg", G))
+    wpairs = [(u, t) for t in range(NW) for u in range(NW) if u != t]
+    wbeats = {mode: c.new_field(bits(f"wbeats_{mode}", max(1, NW * (NW - 1)))) for mode in ("run", "all")}
     rel = release.bit(0)
     m6 = MLPBuilder(c, "next")
     for i in range(PCBITS - 1):
-        m6.boolean(nextpc, i, [(win["run"].bit(t) + pcf[t].bit(i) - rel - 1.5, 0.5, 1.0) for t in range(N)]
-                   + [(win["all"].bit(t) + pcf[t].bit(i) + rel - 2.5, 0.5, 1.0) for t in range(N)])
+        m6.boolean(nextpc, i, [(win["run"].bit(t) + pcf[t].bit(i) - rel - 1.5, 0.5, 1.0) for t in range(L)]
+                   + [(win["all"].bit(t) + pcf[t].bit(i) + rel - 2.5, 0.5, 1.0) for t in range(L)])
     for k in range(G):
         m6.threshold(nextg, k, cand.bit(k) - lsum(cand.bit(kk) for kk in range(k)) - 0.5, 0.5)
+    n_wfree = lsum(wruns("run", w) for w in range(NW))
+    n_wall = lsum(wruns("all", w) for w in range(NW))
+    m6.threshold(wrelease, 0, n_wall - (2.0 * NW) * n_wfree - 0.5, 0.5)
+    for mode in ("run", "all"):
+        def wkey(t, mode=mode):
+            return float(t) + 64.0 * wf[mode, "below"].bit(t)
+        for idx, (u, t) in enumerate(wpairs):
+            slack = 0.5 if u < t else -0.5
+            m6.threshold(wbeats[mode], idx, wkey(t) - wkey(u) + slack - BIG * (1.0 - wruns(mode, u)), 0.5)
+        if not wpairs:
+            m6.threshold(wbeats[mode], 0, Lin({}, -0.5), 0.5)
     m6.build()
 
+    # L7 MLP: the warp winners; L8: the next warp and the phase after this step (several warps)
+    wwin = {mode: c.new_field(dual(f"wwin_{mode}", NW)) for mode in ("run", "all")}
+    m7 = MLPBuilder(c, "wwinner")
+    for mode in ("run", "all"):
+        for t in range(NW):
+            lost = lsum(wbeats[mode].bit(i) for i, (u, tt) in enumerate(wpairs) if tt == t)
+            m7.threshold(wwin[mode], t, wruns(mode, t) - lost - 0.5, 0.5)
+    m7.build()
+    nextw = c.new_field(bits("nextw", WB))
+    nwphase = c.new_field(bits("nwphase", 1))
+    wrel = wrelease.bit(0)
+    m8 = MLPBuilder(c, "wnext")
+    for i in range(WB):
+        m8.boolean(nextw, i, [(wwin["run"].bit(t) - wrel - 0.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
+                   + [(wwin["all"].bit(t) + wrel - 1.5, 0.5, 1.0) for t in range(NW) if t >> i & 1])
+    m8.boolean(nwphase, 0, [(phase - wrel - 0.5, 0.5, 1.0), (wrel - phase - 0.5, 0.5, 1.0)])
+    m8.build()
+
     # ---- vocabulary -----------------------------------------------------------------------
-    started = blkreg.present(0)
-    for T in range(1, N + 1):
-        c.token(f"<nt {T}>", kind=KINDS.index("nt"), ex_mask=(1 << T) - 1)
+    S = blkreg.present(0)                 # a block has started
+    R = anyrun.bit(0)                     # some thread of the block is alive
+    M = multi.bit(0)
+    for T in range(1, threads + 1):
+        c.token(f"<nt {T}>", kind=KINDS.index("nt"), nt_in=T)
     for n in range(1, MAX_BLOCKS + 1):
         c.token(f"<nb {n}>", kind=KINDS.index("nb"), nb_in=n)
     for p in range(MAX_PC):
@@ -356,19 +454,26 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
         name = f"<blk {b}>"
         c.token(name, kind=KINDS.index("blk"), nb1=b + 1)
         match = lsum((1.0 if b >> i & 1 else -1.0) * (2.0 * blkreg.bit(i) - 1.0) for i in range(BBITS + 1))
-        lg = 60.0 * started + 20.0 * (1.0 - anyrun.bit(0)) + 10.0 * (1.0 - last.bit(0)) + match
+        lg = 100.0 * S + 50.0 * (1.0 - R) + 10.0 * (1.0 - last.bit(0)) + match
         if b == 0:
-            lg = lg + 60.0 * (1.0 - started)
+            lg = lg + 100.0 * (1.0 - S)
         c.logit(name, lg)
     c.token("<halt>", kind=KINDS.index("halt"))
-    c.logit("<halt>", 60.0 * started + 20.0 * (1.0 - anyrun.bit(0)) + 10.0 * last.bit(0) + float(BBITS + 1))
-    for p in range(MAX_PC):
+    c.logit("<halt>", 100.0 * S + 50.0 * (1.0 - R) + 10.0 * last.bit(0) + float(BBITS + 1))
+    for w in range(NW):
         for h in (0, 1):
-            name = f"<wi 0 {p} {h}>"
-            c.token(name, kind=KINDS.index("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h)
-            match = lsum((1.0 if p >> i & 1 else -1.0) * nextpc.pm(i) for i in range(PCBITS - 1))
-            match = match + (1.0 if h else -1.0) * nphase.pm(0)
-            c.logit(name, 60.0 * started + 20.0 * anyrun.bit(0) + 10.0 + match)
+            name = f"<w {w} {h}>"
+            c.token(name, kind=KINDS.index("w"), ww=w, ph=h)
+            c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * M - 30.0 * isw + _match(w, nextw, WB)
+                    + (1.0 if h else -1.0) * nwphase.pm(0))
+        for p in range(MAX_PC):
+            for h in (0, 1):
+                name = f"<wi {w} {p} {h}>"
+                c.token(name, kind=KINDS.index("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h,
+                        ww=w, ww1=w + 1)
+                c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * (1.0 - M) + 30.0 * isw
+                        + _match(p, nextpc, PCBITS - 1) + (1.0 if h else -1.0) * nphase.pm(0)
+                        + _match(w, sel, WB))
     for k in range(G):
         for st in range(1 << (2 * LANES)):
             issued, executed, _ = lane_masks(st)
@@ -381,7 +486,7 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     c.token("<d>", kind=KINDS.index("d"))
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
-    return ControlUnit(comp, ids, N)
+    return ControlUnit(comp, ids, threads)
 
 
 def control_stream(cu: ControlUnit, kernel, grid, block, args, dynamic_shared_bytes=0,
@@ -394,7 +499,7 @@ def control_stream(cu: ControlUnit, kernel, grid, block, args, dynamic_shared_by
     return prompt + cu.stream_tokens(tr.tokens), len(prompt)
 
 
-CONTROL_KINDS = ("<blk ", "<wi ", "<g ", "<halt>")
+CONTROL_KINDS = ("<blk ", "<w ", "<wi ", "<g ", "<halt>")
 
 
 def check_predictions(cu: ControlUnit, names: list[str], n_prompt: int, rows) -> list[tuple[int, str, str]]:
