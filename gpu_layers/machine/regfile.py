@@ -149,11 +149,13 @@ class RegfileProgram:
         """The oracle's stream (gpu_layers.machine.protocol tuples) as this circuit's tokens; the
         dump section and <halt> become one <end>. Refused by name: other warps, lane groups >= 4,
         PCs outside the program, blocks >= 1024, undefined lanes that did not execute, predicate
-        results (lane state 3) or <d> tokens on an instruction that is not predicate-only, chunks
-        beyond the destination's width, a <g> before any <wi> of its block."""
+        results (lane state 3) on an instruction that is not predicate-only, <d> tokens for a
+        predicate, chunks beyond the destination's width, <d> of lanes other than 0 in an S = 1
+        group, a <g> before any <wi> of its block."""
         out = []
         dest = None
         in_issue = False
+        same = 0
         for t in tokens:
             k = t[0]
             if k == "blk":
@@ -184,11 +186,14 @@ class RegfileProgram:
                                        "writes no predicate")
                 lanes = [3 if (u >> j) & 1 else 2 if (pv >> j) & 1 else 1 if (ex >> j) & 1 else 0
                          for j in range(LANES)]
-                out.append(tok_g(grp, lanes, int(bool(s))))
+                same = int(bool(s))
+                out.append(tok_g(grp, lanes, same))
             elif k == "d":
                 _, j, c, x = t
                 if dest is not None and dest[1] == 1:
                     raise RegfileError(f"<d {j} {c} {x:#x}> for a predicate: its value is in <g>'s lane states")
+                if same and j:
+                    raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 1 group: its value is sent once, as lane 0")
                 width = dest[1] if dest is not None else WBITS
                 if not 0 <= j < LANES or not 0 <= c < CHUNKS or x >> max(0, min(chunk_bits(c), width - PAYLOAD * c)):
                     raise RegfileError(f"<d {j} {c} {x:#x}>: beyond the destination's {width} bits")
