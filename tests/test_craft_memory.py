@@ -138,3 +138,68 @@ def test_write_only_port_is_read_from_the_cache_state():
                 assert {s: w for s, w in enumerate(got[l]) if w is not None} == want[b][l]
         st = cache.get_recurrent_state(0)
         assert max_rail_error(st, place, 0) < 1e-4
+
+
+def test_blank_writes_make_a_slot_unwritten():
+    """memory(blank=...): a write whose blank flag is 1 stores an unwritten word (how the register
+    file keeps poison). A read port with per-lane writes and blanks, on random tokens: reads equal
+    a dict model in which a blank write deletes the slot (absent reads), on both paths, and the
+    recurrent state decodes to the same contents; bits data is refused."""
+    import numpy as np
+    import torch
+    from transformers.cache_utils import DynamicCache
+    from gpu_layers.craft import blocks as B
+    from gpu_layers.craft.assemble import compile_circuit
+    from gpu_layers.craft.circuit import Circuit, CircuitError
+    from gpu_layers.craft.fields import bits, dual
+    from gpu_layers.craft.machine_model import as_inputs, build_machine_model
+    from gpu_layers.craft.state import port_contents
+    from gpu_layers.craft.testing import compare_outputs, encode_rows, run_paths
+    c = Circuit("blank")
+    wa, ra = c.input(bits("wa", 3)), c.input(bits("ra", 3))
+    d = [c.input(dual(f"d{l}", 12)) for l in range(2)]
+    we = [c.input(dual(f"we{l}", 1)) for l in range(2)]
+    bl = [c.input(dual(f"bl{l}", 1)) for l in range(2)]
+    blk = B.memory(c, "m", 8, 12, wa, ra, d, we=[w.bit(0) for w in we], blank=[b.bit(0) for b in bl])
+    comp = compile_circuit(c, TINY)
+    rng = np.random.default_rng(5)
+    Bn, T = 8, 150
+    vals = {"wa": rng.integers(0, 8, (Bn, T)), "ra": rng.integers(0, 8, (Bn, T))}
+    for l in range(2):
+        vals[f"d{l}"] = rng.integers(0, 1 << 12, (Bn, T))
+        vals[f"we{l}"] = (rng.random((Bn, T)) < 0.5).astype(int)
+        vals[f"bl{l}"] = (rng.random((Bn, T)) < 0.3).astype(int)
+    exp = {f"m_r{l}": np.zeros((Bn, T), dtype=np.int64) for l in range(2)}
+    final = []
+    for b in range(Bn):
+        mem = [{}, {}]
+        model = blk.ref.__class__(blk.ref.p)
+        for t in range(T):
+            v = {n: int(a[b, t]) for n, a in vals.items()}
+            for l in range(2):
+                if v[f"we{l}"] and v[f"bl{l}"]:
+                    mem[l].pop(v["wa"], None)
+                elif v[f"we{l}"]:
+                    mem[l][v["wa"]] = v[f"d{l}"]
+                exp[f"m_r{l}"][b, t] = mem[l].get(v["ra"], -1)
+            got = model.step({**v, "_we": [v["we0"], v["we1"]], "_blank": [v["bl0"], v["bl1"]]})
+            assert [-1 if got[f"m_r{l}"] is None else got[f"m_r{l}"] for l in range(2)] == \
+                [exp[f"m_r{l}"][b, t] for l in range(2)]
+        final.append(mem)
+    assert (exp["m_r0"] == -1).mean() > 0.2 and (exp["m_r0"] >= 0).mean() > 0.2
+    X = encode_rows(comp, {n: a.reshape(-1) for n, a in vals.items()}).reshape(Bn, T, -1)
+    for path, h in run_paths(comp, X).items():
+        for name, (wrong, margin) in compare_outputs(comp, h, {k: e.reshape(-1) for k, e in exp.items()}).items():
+            assert wrong == 0 and margin == 0, (path, name, wrong, margin)
+    model = build_machine_model(comp.machine)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model.model(inputs_embeds=as_inputs(X, model), cache=cache, use_cache=True)
+    for b in range(Bn):
+        got = port_contents(cache, comp, "m", batch=b)
+        assert [{s: w for s, w in enumerate(got[l]) if w is not None} for l in range(2)] == final[b]
+    c2 = Circuit("blank_bits")
+    x = c2.input(bits("x", 4))
+    with pytest.raises(CircuitError, match="blank write needs dual or rail3"):
+        B.memory(c2, "m", 4, 4, None, None, x, blank=c2.input(dual("b", 1)).bit(0))
+        compile_circuit(c2, TINY)

@@ -77,6 +77,9 @@ class MemoryPort:
       re: an exact-zero flag Lin (Field.flag()) or None = always read
       reset: a 0/1 Lin or None
       out: one rail3 field of wbits per lane
+      blank: one 0/1 Lin per lane or None: a write whose blank is 1 stores an unwritten word (both
+             rails of every bit are driven to 0 or below, so SiLU gives 0 and the delta rule
+             replaces the slot with zeros): the slot reads as never written (poison)
     """
 
     name: str
@@ -90,14 +93,21 @@ class MemoryPort:
     re: Lin | None
     reset: Lin | None
     out: list[Field]
+    blank: list[Lin | None] | None = None
 
     def data_bits(self, lane: int) -> list[tuple[Lin, Lin]]:
-        """(bit, not-bit) Lins of the lane's data word, low bit first (fields concatenated)."""
+        """(bit, not-bit) Lins of the lane's data word, low bit first (fields concatenated); with a
+        blank Lin, both rails minus blank (0 or -1 on the rail that was 1 when blank is 1)."""
         d = self.data[lane]
         out = []
         for f in (d if isinstance(d, list) else [d]):
             for i in range(f.n):
                 out.append((f.bit(i), f.nbit(i)) if f.enc != "bits" else (f.pm(i), -f.pm(i)))
+        bl = self.blank[lane] if self.blank is not None else None
+        if bl is not None:
+            if any(f.enc == "bits" for f in (d if isinstance(d, list) else [d])):
+                raise CircuitError(f"memory {self.name}: a blank write needs dual or rail3 data (0/1 rails)")
+            out = [(a - bl, b - bl) for a, b in out]
         return out
 
     def input_dims(self) -> set[int]:
@@ -107,7 +117,7 @@ class MemoryPort:
             fields += d if isinstance(d, list) else [d]
         for f in fields:
             s |= set(range(f.start, f.stop))
-        for lin in [*self.we, self.re, self.reset]:
+        for lin in [*self.we, self.re, self.reset, *(self.blank or [])]:
             if lin is not None:
                 s |= lin.dims()
         return s

@@ -82,6 +82,9 @@ def read_port_state(state: torch.Tensor, place: PortPlacement, batch: int = 0, s
         if len(bad):
             l, s = bad[0]
             raise StateDecodeError(f"port {p.name} lane {l} slot {s}: blank bits in a written word")
+    if p.wbits <= 64:                                  # vectorized: distinct powers of two never overflow
+        words = (bit.astype(np.uint64) << np.arange(p.wbits, dtype=np.uint64)).sum(-1, dtype=np.uint64).tolist()
+        return [[None if allblank[l, s] else words[l][s] for s in range(n)] for l in range(p.lanes)]
     weights = [1 << i for i in range(p.wbits)]        # Python ints: words of any width
 
     def word(l, s):

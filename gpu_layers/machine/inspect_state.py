@@ -1,5 +1,16 @@
 """The state-inspection API: the register file read out of the model's recurrent state.
 
+The v1 register file (gpu_layers.machine.regfile) keeps per lane J one value head of 128 slots: row
+32 K + R holds machine-register slot R of thread 4 K + J (64 bits, dual rail); a register never
+written, or written with an undefined value (poison: a blank write), is all zeros and reads None,
+as the interpreter's undefined value does:
+
+    prog = rf.program(kernel)                                # slots {machine register: slot}
+    regs = read_registers(state, rf, names=prog)             # {(thread, "%md2"): int or None}
+    states = registers_at(model, rf, ids, positions, names=prog)
+
+state: the transformers cache, a model output carrying it, or the fast executor's FastState.
+
 The v0 register file (gpu_layers.machine.rf_circuit) is a write-only DeltaNet memory: per lane J a
 value head whose state row 16 K + R holds register R of thread 4 K + J, dual rail (gpu_layers.craft.
 state). Nothing in the model reads it yet; this module is how a host (or a test) sees it:
@@ -9,6 +20,8 @@ state). Nothing in the model reads it yet; this module is how a host (or a test)
     states = registers_at(model, rf, ids, positions, path="prefill" | "decode")
 
 Scope v0: 8 threads, 16 registers of 32 bits (see rf_circuit's docstring).
+`registers_at` drives stock transformers; with the fast executor (gpu_layers.craft.fast) pass its
+FastState to read_registers after each step.
 """
 from __future__ import annotations
 
@@ -23,12 +36,24 @@ def _compiled(machine):
     return getattr(machine, "compiled", machine)
 
 
-def read_registers(source, machine, batch: int = 0, strict: bool = True) -> dict[tuple[int, int], int | None]:
-    """{(thread, register): value or None} for every thread and register of the v0 register file.
+def _is_v1(machine) -> bool:
+    from gpu_layers.machine.regfile import RegfileMachine
+
+    return isinstance(machine, RegfileMachine)
+
+
+def read_registers(source, machine, batch: int = 0, strict: bool = True, names=None) -> dict:
+    """{(thread, register): value or None} for every thread and register of the register file.
 
     source: the transformers cache after the tokens of interest (a DynamicCache, a model output with
-    `.cache`, or {layer: recurrent state tensor}); machine: the RFMachine (or its Compiled).
-    strict: raise gpu_layers.craft.state.StateDecodeError on any rail that is not a clean code."""
+    `.cache`, the fast executor's FastState, or {layer: recurrent state tensor}); machine: the
+    RFMachine v0 (or its Compiled) or the RegfileMachine v1. strict: raise
+    gpu_layers.craft.state.StateDecodeError on any rail that is not a clean code.
+    v1: names = the RegfileProgram (or {machine register name: slot}): keys (thread, name) for its
+    registers; None: keys (thread, slot) for all 16 threads x 32 slots. None = unwritten or poison.
+    v0: keys (thread, register index), names unused."""
+    if _is_v1(machine):
+        return _read_v1(source, machine, batch, strict, names)
     comp = _compiled(machine)
     place = comp.port(RF_PORT)
     words = read_port_state(recurrent_state(source, place.layer), place, batch, strict)
@@ -40,6 +65,23 @@ def read_registers(source, machine, batch: int = 0, strict: bool = True) -> dict
     return out
 
 
+def _read_v1(source, machine, batch, strict, names):
+    from gpu_layers.machine.regfile import GROUPS, LANES, REGS, RF_PORT
+
+    place = machine.compiled.port(RF_PORT)
+    words = read_port_state(recurrent_state(source, place.layer), place, batch, strict)
+    slots = getattr(names, "slots", names)
+    if slots is None:
+        slots = {r: r for r in range(REGS)}
+    out = {}
+    for k in range(GROUPS):
+        for j in range(LANES):
+            w = words[j]
+            for n, r in slots.items():
+                out[(LANES * k + j, n)] = w[REGS * k + r]
+    return out
+
+
 def written(regs: dict) -> dict:
     """Only the registers that hold a value."""
     return {k: v for k, v in regs.items() if v is not None}
@@ -47,7 +89,7 @@ def written(regs: dict) -> dict:
 
 @torch.no_grad()
 def registers_at(model, machine, ids: list[int], positions, path: str = "prefill",
-                 strict: bool = True) -> dict[int, dict]:
+                 strict: bool = True, names=None) -> dict[int, dict]:
     """The register file after each position in `positions` (0-based token indices into ids).
 
     path 'decode': one token per forward with the cache (the recurrent delta rule); 'prefill': the
@@ -67,13 +109,13 @@ def registers_at(model, machine, ids: list[int], positions, path: str = "prefill
         for t in range(want[-1] + 1 if want else 0):
             base(input_ids=torch.tensor([[ids[t]]], device=dev), cache=cache, use_cache=True)
             if t in wanted:
-                out[t] = read_registers(cache, machine, strict=strict)
+                out[t] = read_registers(cache, machine, strict=strict, names=names)
     elif path == "prefill":
         start = 0
         for p in want:
             seg = torch.tensor([ids[start:p + 1]], device=dev)
             base(input_ids=seg, cache=cache, use_cache=True)
-            out[p] = read_registers(cache, machine, strict=strict)
+            out[p] = read_registers(cache, machine, strict=strict, names=names)
             start = p + 1
     else:
         raise ValueError(f"unknown path {path!r} (prefill or decode)")

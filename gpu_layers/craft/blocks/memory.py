@@ -24,12 +24,17 @@ from .base import MLPBuilder, finish, out_field
 
 def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
            data, we: list | Lin | None = None, re: Lin | None = None,
-           reset: Lin | None = None, lanes: int | None = None, read: bool = True):
+           reset: Lin | None = None, lanes: int | None = None, read: bool = True,
+           blank: list | Lin | None = None):
     """A memory port. Addresses: a onehot field, a binary (bits / rail3) field, an int (a constant
     slot) or None (slot 0). `data`: one entry per lane (a single field = one lane); an entry is a
     field or a list of fields whose bits are concatenated (low bits first) (bits, dual or rail3; an absent rail3
     stores 0s). `we`: one 0/1 Lin per lane (or one for all, or None = always write). Returns the
     block, whose outputs are the rail3 read fields `name_r{lane}` (`name_r` for one lane).
+
+    blank: one 0/1 Lin per lane (or one for all): where it is 1, the lane's write stores an
+    unwritten word instead of its data (the slot then reads as never written: how a register file
+    keeps poison); the data must be dual or rail3 fields (0/1 rails).
 
     read=False: a write-only port (no read fields, no residual dims; raddr must be None): its
     contents live only in the layer's recurrent state, read from the cache by the inspection API
@@ -42,6 +47,10 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
         we = [we] * lanes
     if len(we) != lanes:
         raise CircuitError(f"memory {name}: one write enable per lane")
+    if blank is not None and not isinstance(blank, list):
+        blank = [blank] * lanes
+    if blank is not None and len(blank) != lanes:
+        raise CircuitError(f"memory {name}: one blank flag per lane")
     for d in data:
         fs = d if isinstance(d, list) else [d]
         if any(f.enc not in ("bits", "dual", "rail3") for f in fs) or sum(f.n for f in fs) != wbits:
@@ -66,7 +75,7 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
         raise CircuitError(f"memory {name}: a write-only port takes no read address or read enable")
     outs = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits)
             for l in range(lanes)] if read else []
-    port = MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, outs)
+    port = MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, outs, blank)
     st = MixerStage(name, [port], outs)
     c.add_stage(st)
     ins = [f for f in [waddr, raddr] if isinstance(f, Field)]
@@ -89,15 +98,18 @@ class MemoryModel:
 
     def step(self, v: dict) -> dict:
         """v: logical values of every field the port reads ({name: int}) plus '_we' (list of 0/1 per
-        lane), '_re' (0/1), '_reset' (0/1); returns {out field name: word or None}."""
+        lane), '_re' (0/1), '_reset' (0/1), '_blank' (list of 0/1 per lane); returns {out field name: word or None}."""
         p = self.p
         if v.get("_reset", 0):
             self.reset_state()
         addr = lambda f: 0 if f is None else (f if isinstance(f, int) else int(v[f.name]))  # noqa: E731
         wa, ra = addr(p.waddr), addr(p.raddr)
         wes = v.get("_we", [1] * p.lanes)
+        blanks = v.get("_blank", [0] * p.lanes)
         for l in range(p.lanes):
-            if wes[l]:
+            if wes[l] and blanks[l]:
+                self.mem[l].pop(wa, None)
+            elif wes[l]:
                 word, sh = 0, 0
                 for f in (p.data[l] if isinstance(p.data[l], list) else [p.data[l]]):
                     x = v[f.name]

@@ -1,0 +1,407 @@
+"""The register-file write-back commit, v1: a block's whole register file in DeltaNet state.
+
+It consumes the protocol's tokens (docs/protocol.md) and keeps every machine register of one warp of
+up to 16 threads in the recurrent state; gpu_layers.machine.inspect_state reads it back. Nothing here
+executes instructions: the model is fed the oracle's stream (teacher forcing), and the tests check
+that its state holds exactly the registers the reference interpreter holds.
+
+Scope v1 (refused by name otherwise, `RegfileError`):
+  * one warp of up to 16 threads per block (lane groups K = 0..3 of 4 lanes, thread = 4 K + J);
+    blocks run one after another, and `<blk B>` resets the register file (the gate closes), so a
+    block starts with every register unwritten;
+  * up to 32 machine registers per thread, every pool of the allocation (gpu_layers.machine.
+    regalloc: %mp* predicates, %mh* 16-bit, %mr* 32-bit, %md* 64-bit), each in one 64-bit slot:
+    per lane one value head of 128 slots (slot 32 K + R), Qwen3.5-2B's key and value head dims;
+  * write-backs of 1, 16, 32 and 64 bits: 6 chunks of 11 bits (chunk 5: bits 55..63), zero chunks
+    absent (= 0), S = 1 groups (lane 0's chunks for every executed lane);
+  * predicates: an instruction whose only destination is a predicate sends no `<d>`; each lane's
+    value is in `<g>`'s lane state (3 = true, 2 = false) and is committed into the predicate's slot;
+  * poison: lanes in `<g>`'s U mask store an unwritten slot (a blank write: both rails 0), so the
+    register reads back as None, the interpreter's undefined value;
+  * machine PCs < 512, blocks < 1024; instructions with two destinations (shfl.sync's value and
+    predicate, match.all.sync, vector loads) are refused: a lane's register file is one head, and a
+    head takes one write per token.
+
+Vocabulary (the machine tokens of this circuit):
+  prompt  <pa P>               program address P (< 512)
+          <pd none>            instruction P (the last <pa>) writes no register
+          <pd R bW>            instruction P writes machine-register slot R (< 32), W bits (1, 16, 32, 64)
+  trace   <blk B>              block B starts: the register file is reset
+          <wi 0 P>             warp 0 issues machine instruction P
+          <g K abcd S>         lane group K; one character per lane, lane 3 first (as `describe`):
+                               '-' not executed, '0' executed, '1' executed with predicate result 1,
+                               'u' executed with an undefined result; S = 1: lane 0's chunks for all
+          <d J C XXX>          chunk C (bits 11 C ..) of lane J's value, hex; zero chunks are absent
+          <end>                end of the trace (stands for the protocol's <dump>/<halt>): commits
+  The protocol's <g K L U S> maps onto <g K abcd S> (the issued-but-not-executed state 1 is a
+  control matter, gpu_layers.machine.control, and reads as '-' here).
+
+Why the state lives where it lives (docs/machine.md section 2: a slot is replaced whole, one write
+per head per token, write-then-read within a token, a memory cannot compute its own next value):
+  * a group's write-back is complete only at the token after its last <d>: the next <g> (of the
+    same issue), <wi> or <end>. Its chunks are buffered in 24 chunk heads (lane J x chunk C, slot
+    K): <g K> zeroes slot K of every chunk head (the chunk-0 heads get the lane's predicate result
+    as bit 0 instead, so a predicate's value needs no <d>), each <d J C X> writes slot K of head
+    (J, C) (of every lane's head C when S = 1). The commit token reads all 24 at the pending group's
+    slot and writes each executed lane's 64-bit word into the register file in one token;
+  * which group is pending is state that depends on itself, so it is rebuilt from memories written
+    by tokens: at <wi>/<end> it is the last group (`curg`, written at each <g>); at <g K> it is the
+    largest k < K seen in this issue: three one-bit heads `seen0..2` (written at <g k>, reset at
+    <wi>) and one MLP stage (k < K comes from the token, so <g K>'s own write is ignored); the first
+    <g> of an issue commits nothing (the previous issue's last group committed at <wi>);
+  * the group state (the instruction's PC, executed and undefined lanes) is copied at <g K> into
+    slot K of `gs`, so the commit finds the pending group's instruction even after <wi> has
+    replaced the current one (`cinst`, written at <wi>). The program (`prog`, 4 banks of 128
+    slots, written at <pd> at the address the last <pa> left in `addr`) is read at the pending PC,
+    and one MLP stage turns bank select, register, write flag, pending group and lanes into the
+    register-file address 32 K + R and per-lane write enables and blank flags;
+  * <blk> closes the gate of the register file, `curg` and `gs` (the block's last group, its exit,
+    is dropped with them).
+
+Layers (as the scheduler places them for Qwen3.5-2B's shapes; 16 heads, one constant):
+  L0 mixer  addr_lo, addr_hi (the <pa> address), curg (K, S), seen0..2, cinst_lo, cinst_hi (the PC)
+  L0 MLP    ck (current K), cs (current S), pk (pending K), pen (a group is pending)
+  L1 mixer  gs_lo, gs_x (group state: PC, E, U; slot K), 13 chunk heads
+  L2 mixer  11 chunk heads, prog (4 banks)
+  L2 MLP    rf_addr = 32 pk + R, rf_we[J], rf_blank[J]
+  L3 mixer  rf: 4 lanes x 128 slots x 64 bits, write-only (read from the cache)
+
+    rf = build_regfile(config)                   # a Qwen3.5 text config or shapes dict (2B's)
+    prog = rf.program(allocated_kernel)          # slots {machine register: slot}, destinations
+    ids = rf.encode(prog.prompt_tokens() + prog.stream_tokens(trace.tokens))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gpu_layers.craft import blocks as B
+from gpu_layers.craft.assemble import Compiled, Shapes, compile_circuit
+from gpu_layers.craft.blocks.base import MLPBuilder
+from gpu_layers.craft.circuit import Circuit
+from gpu_layers.craft.fields import bits, dual, lsum, onehot
+from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.errors import QwenGPUError
+from gpu_layers.machine.protocol import PAYLOAD, lane_masks
+
+LANES, GROUPS = 4, 4
+THREADS = LANES * GROUPS              # one warp of 16 threads
+REGS = 32                             # machine registers per thread (every pool)
+WBITS = 64                            # bits per slot
+CHUNKS = 6                            # chunks of a 64-bit value: 5 x 11 bits + 9
+SLOTS = GROUPS * REGS                 # 128 slots per lane head
+PCS = 512                             # machine PCs < 512
+BANK = 128                            # program slots per bank
+MAX_BLOCKS = 1024
+WIDTHS = (1, 16, 32, 64)
+KINDS = ("pa", "pd", "blk", "wi", "g", "d", "end")
+RF_PORT = "rf"
+LANE_CHARS = "-01u"                   # not executed, executed, predicate true, undefined
+
+
+class RegfileError(QwenGPUError, ValueError):
+    """A kernel, program or token stream outside what the register file v1 supports."""
+
+
+def chunk_bits(c: int) -> int:
+    """Significant bits of chunk c of a 64-bit value (11, or 9 for chunk 5)."""
+    return min(PAYLOAD, WBITS - PAYLOAD * c)
+
+
+# ---- token names ------------------------------------------------------------------------------
+
+def tok_pd(slot: int | None, width: int | None = None) -> str:
+    return "<pd none>" if slot is None else f"<pd {slot} b{width}>"
+
+
+def tok_g(k: int, lanes: list[int], s: int) -> str:
+    """lanes[j]: 0 not executed, 1 executed, 2 predicate true, 3 undefined."""
+    return f"<g {k} " + "".join(LANE_CHARS[lanes[j]] for j in reversed(range(LANES))) + f" {s}>"
+
+
+def tok_d(j: int, c: int, x: int) -> str:
+    return f"<d {j} {c} {x:03x}>"
+
+
+END = "<end>"
+
+
+@dataclass
+class RegfileProgram:
+    """A kernel's machine code as the register file sees it: per PC the slot and width it writes."""
+
+    slots: dict[str, int]                      # machine register name -> slot (0..31)
+    dests: dict[int, tuple[int, int] | None]   # PC -> (slot, width) or None
+
+    @property
+    def names(self) -> dict[int, str]:
+        return {s: n for n, s in self.slots.items()}
+
+    def prompt_tokens(self) -> list[str]:
+        out = []
+        for p in sorted(self.dests):
+            d = self.dests[p]
+            out += [f"<pa {p}>", tok_pd(*d) if d else tok_pd(None)]
+        return out
+
+    def stream_tokens(self, tokens) -> list[str]:
+        """The oracle's stream (gpu_layers.machine.protocol tuples) as this circuit's tokens; the
+        dump section and <halt> become one <end>. Refused by name: other warps, lane groups >= 4,
+        PCs outside the program, blocks >= 1024, undefined lanes that did not execute, predicate
+        results (lane state 3) on an instruction that is not predicate-only, <d> tokens for a
+        predicate, chunks beyond the destination's width, <d> of lanes other than 0 in an S = 1
+        group, a <g> before any <wi> of its block."""
+        out = []
+        dest = None
+        in_issue = False
+        same = 0
+        for t in tokens:
+            k = t[0]
+            if k == "blk":
+                if not 0 <= t[1] < MAX_BLOCKS:
+                    raise RegfileError(f"block {t[1]}: the register file v1 runs blocks < {MAX_BLOCKS}")
+                out.append(f"<blk {t[1]}>")
+                in_issue = False
+            elif k == "wi":
+                if t[1] != 0:
+                    raise RegfileError(f"<wi {t[1]} {t[2]}>: the register file v1 runs one warp per block")
+                if t[2] not in self.dests:
+                    raise RegfileError(f"<wi 0 {t[2]}>: PC {t[2]} is not in the program")
+                dest = self.dests[t[2]]
+                in_issue = True
+                out.append(f"<wi 0 {t[2]}>")
+            elif k == "g":
+                _, grp, states, u, s = t
+                if not in_issue:
+                    raise RegfileError(f"<g {grp}> before any <wi> of its block")
+                if not 0 <= grp < GROUPS:
+                    raise RegfileError(f"lane group {grp}: the register file v1 has {GROUPS} groups (16 threads)")
+                _, ex, pv = lane_masks(states)
+                if u & ~ex & 15:
+                    raise RegfileError(f"<g {grp}>: undefined lanes {u:04b} that did not execute ({ex:04b})")
+                pred = dest is not None and dest[1] == 1
+                if pv & ~u & 15 and not pred:
+                    raise RegfileError(f"<g {grp}>: predicate results {pv:04b} on an instruction that "
+                                       "writes no predicate")
+                lanes = [3 if (u >> j) & 1 else 2 if (pv >> j) & 1 else 1 if (ex >> j) & 1 else 0
+                         for j in range(LANES)]
+                same = int(bool(s))
+                out.append(tok_g(grp, lanes, same))
+            elif k == "d":
+                _, j, c, x = t
+                if dest is not None and dest[1] == 1:
+                    raise RegfileError(f"<d {j} {c} {x:#x}> for a predicate: its value is in <g>'s lane states")
+                if same and j:
+                    raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 1 group: its value is sent once, as lane 0")
+                width = dest[1] if dest is not None else WBITS
+                if not 0 <= j < LANES or not 0 <= c < CHUNKS or x >> max(0, min(chunk_bits(c), width - PAYLOAD * c)):
+                    raise RegfileError(f"<d {j} {c} {x:#x}>: beyond the destination's {width} bits")
+                out.append(tok_d(j, c, x))
+            elif k in ("dump", "halt"):
+                out.append(END)
+                break
+            else:
+                raise RegfileError(f"token kind {k!r} is not part of the register-file stream")
+        return out
+
+
+def program_of(kernel) -> RegfileProgram:
+    """The register file's view of an allocated machine kernel (gpu_layers.machine.allocate):
+    slots in the order of the interpreter's register table (predicates, then 16-, 32-, 64-bit
+    machine registers), and each PC's destination. Refused by name: more than 32 registers, PCs
+    beyond 512, instructions with two destinations."""
+    from gpu_layers.interp.machine import program_for
+    from gpu_layers.machine.protocol import destinations
+
+    prog = program_for(kernel)
+    names = list(prog.regbits)
+    if len(names) > REGS:
+        raise RegfileError(f"{len(names)} registers: the register file v1 holds {REGS} per thread "
+                           "(allocate the kernel first: gpu_layers.machine.allocate)")
+    bad = [w for w in prog.regbits.values() if w not in WIDTHS]
+    if bad:
+        raise RegfileError(f"registers of {sorted(set(bad))} bits: the register file v1 holds 1, 16, 32, 64")
+    if len(prog.code) > PCS:
+        raise RegfileError(f"{len(prog.code)} machine instructions: the register file v1 holds PCs < {PCS}")
+    slots = {n: i for i, n in enumerate(names)}
+    dests = {}
+    for pc, d in destinations(kernel).items():
+        if len(d) > 1:
+            ins = prog.code[pc]
+            raise RegfileError(f"line {ins.line}: `{ins.text}` writes {len(d)} registers "
+                               f"({', '.join(n for n, _ in d)}): the register file v1 commits one per lane group")
+        dests[pc] = (slots[d[0][0]], d[0][1]) if d else None
+    return RegfileProgram(slots, dests)
+
+
+@dataclass
+class RegfileMachine:
+    compiled: Compiled
+    token_ids: dict
+
+    def model(self, dtype=torch.float32, device="cpu"):
+        return build_machine_model(self.compiled.machine, dtype=dtype, device=device)
+
+    def fast(self):
+        from gpu_layers.craft.fast import FastMachine
+
+        return FastMachine(self.compiled.machine)
+
+    def encode(self, names: list[str]) -> list[int]:
+        try:
+            return [self.token_ids[n] for n in names]
+        except KeyError as e:
+            raise RegfileError(f"{e.args[0]!r} is not a token of the register file v1") from None
+
+    def decode(self, ids) -> list[str]:
+        names = self.compiled.machine.token_names
+        return [names[int(i)] for i in ids]
+
+    @staticmethod
+    def program(kernel) -> RegfileProgram:
+        return program_of(kernel)
+
+
+def build_regfile(config) -> RegfileMachine:
+    """Compile the register-file commit v1 for a Qwen3.5 text config (or shapes dict)."""
+    s = Shapes.of(config)
+    if s.linear_key_head_dim < SLOTS or s.linear_value_head_dim < 2 * WBITS or s.linear_num_key_heads < 16:
+        raise RegfileError(f"the register file v1 needs key heads of >= {SLOTS} slots, value heads of "
+                           f">= {2 * WBITS} dims and 16 heads per layer (Qwen3.5-2B's shapes); got "
+                           f"{s.linear_key_head_dim}, {s.linear_value_head_dim}, {s.linear_num_key_heads}")
+    banks = PCS // BANK
+    c = Circuit("regfile_v1")
+    kind = c.input(onehot("kind", len(KINDS)))
+    hot = {k: kind.hot(i) for i, k in enumerate(KINDS)}
+    pa_lo = c.input(bits("pa_lo", 7), default=0)          # <pa P> / <wi 0 P>: P mod 128
+    pa_hi = c.input(bits("pa_hi", 2), default=0)          # ... P // 128
+    preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
+    pwf = c.input(bits("pwf", 1), default=0)              # <pd R bW>: 1 (writes a register)
+    gk = c.input(bits("gk", 2), default=0)                # <g K ..>: K
+    ge = c.input(bits("ge", LANES), default=0)            # <g>: executed lanes
+    gu = c.input(bits("gu", LANES), default=0)            # <g>: undefined lanes
+    gsf = c.input(bits("gsf", 1), default=0)              # <g>: S
+    b0 = [c.input(bits(f"b0_{j}", 1), default=0) for j in range(LANES)]   # <g>: lane j's predicate
+    #                                                     # result; <d>: X bit 0 (chunk-0 heads' bit 0)
+    dsel = c.input(onehot("dsel", LANES * CHUNKS + 1), default=LANES * CHUNKS)   # <d J C>: 6 J + C
+    xb0 = c.input(bits("xb0", 1), default=0)              # <d>: X bit 0
+    xm8 = c.input(bits("xm8", 8), default=0)              # <d>: X bits 1..8
+    x9 = c.input(bits("x9", 1), default=0)                # <d>: X bit 9
+    x10 = c.input(bits("x10", 1), default=0)              # <d>: X bit 10
+    is_g, commit_kind = hot["g"], hot["wi"] + hot["end"]
+
+    # ---- L0 mixer: inputs from the embedding only ----------------------------------------------
+    addr_lo = B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
+    addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
+    curg = B.memory(c, "curg", 1, 3, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
+    seen = []
+    for k in range(GROUPS - 1):
+        sel = lsum(gk.bit(i) if (k >> i) & 1 else 1.0 - gk.bit(i) for i in range(2))
+        seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - 2.0,
+                             reset=hot["wi"] + hot["blk"]).outputs[0])
+    cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
+    cinst_hi = B.memory(c, "cinst_hi", 1, 2, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
+
+    # ---- L0 MLP: current and pending group ---------------------------------------------------
+    ck = c.new_field(bits("ck", 2))       # the current group's K (chunk heads' write slot)
+    cs = c.new_field(dual("cs", 1))       # the current group's S
+    pk = c.new_field(bits("pk", 2))       # the pending group's K (the commit's read slot)
+    pen = c.new_field(dual("pen", 1))     # a group is pending at this token
+    sp = [seen[k].present(0) for k in range(GROUPS - 1)]
+    g0, g1 = gk.bit(0), gk.bit(1)
+    m0 = MLPBuilder(c, "ctl")
+    for i in range(2):
+        m0.threshold(ck, i, curg.bit(i) - 0.5, 0.5)
+    m0.threshold(cs, 0, curg.bit(2) - 0.5, 0.5)
+    # at <g K>: the largest k < K seen in this issue (seen_K itself is this token's write; groups
+    # come in increasing K, so every other seen k is < K); at <wi>/<end>: the last group
+    m0.boolean(pk, 1, [(sp[2] + g0 + g1 + 2.0 * is_g - 4.5, 0.5, 1.0),
+                       (curg.bit(1) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
+    m0.boolean(pk, 0, [(sp[1] + g1 + 2.0 * is_g - 3.5, 0.5, 1.0),
+                       (sp[1] + g1 + sp[2] + g0 + 2.0 * is_g - 5.5, 0.5, -1.0),
+                       (curg.bit(0) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
+    # pending at <g K>: some k < K seen, i.e. seen0 + seen1 + seen2 + [K = 3] >= 2 (the K-th is
+    # this token's own; [K = 3] = g0 + g1 - 1 where it matters); at <wi>/<end>: a group since <blk>
+    m0.boolean(pen, 0, [(sp[0] + sp[1] + sp[2] + g0 + g1 + 2.0 * is_g - 4.5, 0.5, 1.0),
+                        (commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
+    m0.build()
+
+    # ---- L1 mixer: group state (slot K) ------------------------------------------------------
+    gs_lo = B.memory(c, "gs_lo", GROUPS, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
+    gs_x = B.memory(c, "gs_x", GROUPS, 2 + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
+                    reset=hot["blk"]).outputs[0]
+
+    # ---- L1/L2 mixers: chunk heads (lane J, chunk C), slot K ---------------------------------
+    cur_s = cs.bit(0)
+    chunks = [[None] * CHUNKS for _ in range(LANES)]
+    for j in range(LANES):
+        for ch in range(CHUNKS):
+            if ch == 0:
+                data = [b0[j], xm8, x9, x10]
+            elif chunk_bits(ch) == PAYLOAD:
+                data = [xb0, xm8, x9, x10]
+            else:
+                data = [xb0, xm8]
+            col = lsum(dsel.hot(CHUNKS * jj + ch) for jj in range(LANES))     # <d * C *>
+            we = dsel.hot(CHUNKS * j + ch) + col + cur_s + 2.0 * is_g - 1.0
+            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", GROUPS, chunk_bits(ch), ck, pk, [data],
+                                     we=we).outputs[0]
+
+    # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
+    prog = []
+    for b in range(banks):
+        sel = lsum(addr_hi.bit(i) if (b >> i) & 1 else 1.0 - addr_hi.bit(i) for i in range(2))
+        prog.append(B.memory(c, f"prog{b}", BANK, 6, addr_lo, gs_lo, [[preg, pwf]],
+                             we=hot["pd"] + sel - 2.0).outputs[0])
+
+    # ---- L2 MLP: the commit: address 32 pk + R, per-lane write enables and blank flags -------
+    rf_addr = c.new_field(bits("rf_addr", 7))
+    rf_we = c.new_field(dual("rf_we", LANES))
+    rf_blank = c.new_field(dual("rf_blank", LANES))
+    match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(2)) for b in range(banks)]
+    mc = MLPBuilder(c, "commit")
+    for i in range(5):
+        mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - 2.5, 0.5, 1.0) for b in range(banks)])
+    for i in range(2):
+        mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
+    for j in range(LANES):
+        mc.boolean(rf_we, j, [(pen.bit(0) + gs_x.bit(2 + j) + match[b] + prog[b].bit(5) - 4.5, 0.5, 1.0)
+                              for b in range(banks)])
+        mc.threshold(rf_blank, j, gs_x.bit(2 + LANES + j) - 0.5, 0.5)
+    mc.build()
+
+    # ---- L3 mixer: the register file, per lane, slot 32 K + R (write-only) ---------------------
+    B.memory(c, RF_PORT, SLOTS, WBITS, rf_addr, None, [chunks[j] for j in range(LANES)],
+             we=[rf_we.bit(j) for j in range(LANES)], blank=[rf_blank.bit(j) for j in range(LANES)],
+             reset=hot["blk"], lanes=LANES, read=False)
+
+    # ---- vocabulary ----------------------------------------------------------------------------
+    K = KINDS.index
+    for p in range(PCS):
+        c.token(f"<pa {p}>", kind=K("pa"), pa_lo=p % BANK, pa_hi=p // BANK)
+    c.token(tok_pd(None), kind=K("pd"))
+    for r in range(REGS):
+        for w in WIDTHS:
+            c.token(tok_pd(r, w), kind=K("pd"), preg=r, pwf=1)
+    for b in range(MAX_BLOCKS):
+        c.token(f"<blk {b}>", kind=K("blk"))
+    for p in range(PCS):
+        c.token(f"<wi 0 {p}>", kind=K("wi"), pa_lo=p % BANK, pa_hi=p // BANK)
+    for k in range(GROUPS):
+        for code in range(4 ** LANES):
+            lanes = [(code >> (2 * j)) & 3 for j in range(LANES)]
+            e = sum(int(st > 0) << j for j, st in enumerate(lanes))
+            u = sum(int(st == 3) << j for j, st in enumerate(lanes))
+            for sf in (0, 1):
+                c.token(tok_g(k, lanes, sf), kind=K("g"), gk=k, ge=e, gu=u, gsf=sf,
+                        **{f"b0_{j}": int(lanes[j] == 2) for j in range(LANES)})
+    for j in range(LANES):
+        for ch in range(CHUNKS):
+            for x in range(1 << chunk_bits(ch)):
+                c.token(tok_d(j, ch, x), kind=K("d"), dsel=CHUNKS * j + ch, xb0=x & 1, xm8=(x >> 1) & 255,
+                        x9=(x >> 9) & 1, x10=(x >> 10) & 1, **{f"b0_{jj}": x & 1 for jj in range(LANES)})
+    c.token(END, kind=K("end"))
+    comp = compile_circuit(c, config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return RegfileMachine(comp, ids)
