@@ -75,7 +75,7 @@ def cmd_demo(args) -> int:
 
 # Named here without importing torch (parsing stays fast); tests/test_kl.py checks them against
 # gpu_layers.hosts.TINY_HOSTS and gpu_layers.craft.machines.MACHINES.
-KL_HOSTS = ("tiny", "tiny-small-residual")
+KL_HOSTS = ("tiny", "tiny-small-residual", "tiny-2b-layers")
 KL_MACHINES = ("regfile", "regfile-prefix")
 
 

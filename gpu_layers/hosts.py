@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -108,15 +109,27 @@ TINY_CONFIG = dict(
                      "mrope_section": [2, 1, 1], "mrope_interleaved": True},
 )
 
+# What the layer compiler reads from a host config (gpu_layers.craft.assemble.SHAPE_KEYS): each
+# compiled layer's neuron and head budget.
+LAYER_BUDGET_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
+                     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps")
+
+# The tiny host with Qwen3.5-2B's per-layer budgets (MLP of 6144 neurons, 16 + 16 linear heads of
+# 128): a machine compiled for it is the very machine compiled for the real 2B (the compiler reads
+# nothing else of the host), while its hidden size and depth stay tiny. The machines' tests and
+# the splice tests compile for it.
+TINY_2B_LAYERS_CONFIG = dict(TINY_CONFIG, **{k: REAL_2B_TEXT_CONFIG[k] for k in LAYER_BUDGET_KEYS})
+
 
 class HostLoadError(QwenGPUError):
     """A host checkpoint could not be found or does not look like a Qwen3.5 text model."""
 
 
-def tiny_config():
+def tiny_config(config: dict | None = None):
+    """A Qwen3_5TextConfig of TINY_CONFIG (or of `config`, a dict like it)."""
     from transformers import Qwen3_5TextConfig
 
-    return Qwen3_5TextConfig(**json.loads(json.dumps(TINY_CONFIG)))
+    return Qwen3_5TextConfig(**json.loads(json.dumps(TINY_CONFIG if config is None else config)))
 
 
 def fresh_rotary(model) -> None:
@@ -141,8 +154,11 @@ def empty_model(config, dtype=torch.float32, device="cpu"):
     return model.eval()
 
 
-def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
+def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0, config: dict | None = None):
     """A tiny random Qwen3.5 host (structure of the real one, small dims) with realistic scales.
+
+    `config`: a config dict (default TINY_CONFIG; TINY_2B_LAYERS_CONFIG gives the 2B's layer
+    budgets). The scales below are set per input width, so they hold for any of these shapes.
 
     Every parameter is drawn from a generator seeded with `seed`, in name order (deterministic).
     Scales: embedding rows ~ N(0, 1) (residual rms ~1 entering layer 0); every mixer and MLP writes
@@ -160,7 +176,7 @@ def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
     """
     if not residual_scale > 0:
         raise ValueError(f"residual_scale must be > 0, got {residual_scale}")
-    cfg = tiny_config()
+    cfg = tiny_config(config)
     model = empty_model(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
     out_rms = 0.35
@@ -200,10 +216,26 @@ def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
     return model.to(dtype).eval()
 
 
-# Built-in test hosts by name (load_host / host_tokenizer / `kl --host`): residual scale of tiny_host.
+@dataclass(frozen=True)
+class BuiltinHost:
+    """A built-in test host: tiny_host(seed, config=config, residual_scale=residual_scale)."""
+
+    config: dict
+    residual_scale: float = 1.0
+    seed: int = 0
+    about: str = ""
+
+    def build(self, dtype=torch.float32):
+        return tiny_host(seed=self.seed, dtype=dtype, residual_scale=self.residual_scale, config=self.config)
+
+
+# Built-in test hosts by name (load_host / host_tokenizer / `kl --host` / `build --host`).
 TINY_HOSTS = {
-    "tiny": 1.0,                   # residual rms ~1-1.6
-    "tiny-small-residual": 0.05,   # residual rms ~0.05-0.08, like a trained model's
+    "tiny": BuiltinHost(TINY_CONFIG, 1.0, about="hidden 128, 4 layers, small layer budgets; residual rms ~1-1.6"),
+    "tiny-small-residual": BuiltinHost(TINY_CONFIG, 0.05, about="tiny with the residual x 0.05 "
+                                       "(rms ~0.05-0.08, like a trained model's)"),
+    "tiny-2b-layers": BuiltinHost(TINY_2B_LAYERS_CONFIG, 1.0, about="hidden 128, 4 layers, Qwen3.5-2B's "
+                                  "per-layer budgets: machines compile exactly as for the 2B"),
 }
 
 
@@ -340,14 +372,15 @@ def _shard_files(ckpt: Path) -> list[Path]:
 def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
     """The text part of a Qwen3.5 checkpoint as a Qwen3_5ForCausalLM (stock transformers class).
 
-    `name_or_path`: a built-in test host of TINY_HOSTS ("tiny", "tiny-small-residual"), a local
+    `name_or_path`: a built-in test host of TINY_HOSTS ("tiny", "tiny-small-residual",
+    "tiny-2b-layers"), a local
     checkpoint directory, or a hub id such as "Qwen/Qwen3.5-2B". The parameters are allocated once
     in `dtype` (no random init) and filled tensor by tensor from the safetensors shards
     (memory-mapped), so the peak is about one copy of the text weights plus one tensor. Vision and
     MTP weights are never read.
     """
     if name_or_path in TINY_HOSTS:
-        return tiny_host(dtype=dtype, residual_scale=TINY_HOSTS[name_or_path])
+        return TINY_HOSTS[name_or_path].build(dtype=dtype).to(device)
     from safetensors import safe_open
 
     ckpt = resolve_checkpoint(name_or_path)
