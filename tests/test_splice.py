@@ -304,14 +304,17 @@ def test_compiler_output_splices_exactly(host):
         assert np.abs(hm - ref[path]).max() < 1e-4
 
 
-def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(host):
-    """The compiler's demo (a 4-lane register file with an adder; 7 layers, 2129 machine tokens)
-    spliced into the host: every token the machine must emit wins the argmax over the FULL spliced
+def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(one_torch_thread):
+    """The compiler's demo (a 4-lane register file with an adder; 2129 machine tokens) compiled for
+    and spliced into the tiny-2b-layers host (Qwen3.5-2B's layer budgets: 6 layers, the machine a 2B
+    build holds): every token the machine must emit wins the argmax over the FULL spliced
     vocabulary, and stock greedy `generate` produces the sum bytes."""
     from gpu_layers.craft import demo_regfile as demo_mod
     import numpy as np
 
+    host = load_host("tiny-2b-layers", dtype=torch.float32)
     demo = demo_mod.build_regfile(host.config)
+    assert demo.compiled.num_layers == 6
     sp = splice(host, demo.compiled.machine)
     info = sp.splice_info
     toks, expect, mask = demo_mod.random_program(np.random.default_rng(1), 10)
