@@ -154,6 +154,41 @@ def empty_model(config, dtype=torch.float32, device="cpu"):
     return model.eval()
 
 
+def random_param(name: str, shape: tuple, g: torch.Generator, residual_scale: float = 1.0) -> torch.Tensor:
+    """One float32 parameter of a random Qwen3.5 host with realistic scales (tiny_host's rules,
+    which scale with each matrix's input width, so any Qwen3.5 shape gets them; e.g. the 2B-shaped
+    host of scripts/bench_build_memory.py). `name`: the Qwen3_5ForCausalLM parameter name."""
+    out_rms = 0.35
+    c = float(residual_scale)
+    n_in = shape[-1] if len(shape) == 2 else None
+
+    def randn(std=1.0):
+        return torch.randn(*shape, generator=g) * std
+
+    if name.endswith("embed_tokens.weight"):
+        return randn() * c
+    if name == "model.norm.weight":
+        w = -0.9 + randn(std=0.5)
+        return w if c == 1.0 else (1.0 + w) / c - 1.0
+    if name.endswith("layernorm.weight") or name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+        return randn(std=0.2)
+    if name.endswith("linear_attn.norm.weight"):  # gated norm: plain gain (not 1 + w)
+        return 1.0 + randn(std=0.2)
+    if name.endswith("conv1d.weight") or name.endswith("dt_bias"):
+        return randn(std=0.5)
+    if name.endswith("A_log"):
+        return torch.empty(shape).uniform_(0.01, 4.0, generator=g).log()
+    if name.endswith("out_proj.weight"):  # input: norm(o) * w * silu(z), rms ~0.6
+        return randn(std=c * out_rms / (0.6 * math.sqrt(n_in)))
+    if name.endswith("o_proj.weight"):  # input: attention average * sigmoid(gate), rms ~0.4
+        return randn(std=c * out_rms / (0.4 * math.sqrt(n_in)))
+    if name.endswith("down_proj.weight"):  # input: silu(g) * u, rms ~0.6
+        return randn(std=c * out_rms / (0.6 * math.sqrt(n_in)))
+    if len(shape) == 2:  # input projections read a normalised vector (rms ~1)
+        return randn(std=1.0 / math.sqrt(n_in))
+    raise AssertionError(f"random_param: no init rule for {name}")
+
+
 def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0, config: dict | None = None):
     """A tiny random Qwen3.5 host (structure of the real one, small dims) with realistic scales.
 
@@ -179,40 +214,9 @@ def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0, c
     cfg = tiny_config(config)
     model = empty_model(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
-    out_rms = 0.35
-    c = float(residual_scale)
-
-    def randn(*shape, std=1.0):
-        return torch.randn(*shape, generator=g) * std
-
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            n_in = p.shape[-1] if p.dim() == 2 else None
-            if name.endswith("embed_tokens.weight"):
-                p.copy_(randn(*p.shape) * c)
-            elif name == "model.norm.weight":
-                w = -0.9 + randn(*p.shape, std=0.5)
-                p.copy_(w if c == 1.0 else (1.0 + w) / c - 1.0)
-            elif name.endswith("layernorm.weight") or name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
-                p.copy_(randn(*p.shape, std=0.2))
-            elif name.endswith("linear_attn.norm.weight"):  # gated norm: plain gain (not 1 + w)
-                p.copy_(1.0 + randn(*p.shape, std=0.2))
-            elif name.endswith("conv1d.weight"):
-                p.copy_(randn(*p.shape, std=0.5))
-            elif name.endswith("dt_bias"):
-                p.copy_(randn(*p.shape, std=0.5))
-            elif name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.01, 4.0, generator=g).log())
-            elif name.endswith("out_proj.weight"):  # input: norm(o) * w * silu(z), rms ~0.6
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
-            elif name.endswith("o_proj.weight"):  # input: attention average * sigmoid(gate), rms ~0.4
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.4 * math.sqrt(n_in))))
-            elif name.endswith("down_proj.weight"):  # input: silu(g) * u, rms ~0.6
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
-            elif p.dim() == 2:  # input projections read a normalised vector (rms ~1)
-                p.copy_(randn(*p.shape, std=1.0 / math.sqrt(n_in)))
-            else:
-                raise AssertionError(f"tiny_host: no init rule for {name}")
+            p.copy_(random_param(name, tuple(p.shape), g, residual_scale))
     return model.to(dtype).eval()
 
 
