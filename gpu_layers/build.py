@@ -123,7 +123,7 @@ def splice_host(host: str, machine: str, dtype: str = "float32", keep_host: bool
     tok = host_tokenizer(host)
     log(f"  loaded in {time.time() - t0:.0f} s; splicing (text flag sized from the calibration text)")
     spliced = splice(original, m, calibration_ids=calibration_ids(original.config.vocab_size, tok),
-                     free_host=not keep_host)
+                     free_host=not keep_host, free_machine=True)
     del m
     if not keep_host:
         del original

@@ -240,10 +240,13 @@ def test_memory_estimates(host, machine):
 
 
 def test_free_host_builds_the_same_model(host, machine):
+    import copy
+
     ref = splice(host, machine)
-    donor = tiny_host()
-    lean = splice(donor, machine, free_host=True)
+    donor, spent = tiny_host(), copy.deepcopy(machine)
+    lean = splice(donor, spent, free_host=True, free_machine=True)
     assert all(p.numel() == 0 for p in donor.parameters())  # the host's memory was handed back
+    assert all(t.numel() == 0 for L in spent.layers for t in L.values())    # and the compiled layers'
     got = dict(lean.named_parameters())
     assert all(torch.equal(got[n], p) for n, p in ref.named_parameters())
 
