@@ -66,7 +66,11 @@ model's own size (a 1024-wide, 8-layer host with the real vocabulary: host 673 M
 text weights 3.5 GiB in bf16) with 45 compiled layers, W = 1024 and 1024 machine tokens the spliced
 parameters take ~14.3 GiB (compiled layers are stored dense at the host's layer budgets: 7.6 GiB;
 padded host layers 3.8; embedding and untied LM head 1.4 each), so building needs ~14.3 GiB with
-free_host (~17.8 GiB without) plus the loader's one host copy before it.
+free_host (~17.8 GiB without) plus the loader's one host copy before it. Measured
+(scripts/bench_build_memory.py, a random host of the 2B's exact shape, `python -m gpu_layers build
+--machine regfile-prefix --dtype bfloat16`: W = 1095, 10 compiled layers, the flag in compiled
+layer 0): spliced model 8.5 GiB on disk, build peak resident memory 9.8 GiB with free_host and
+free_machine.
 
 Exactness (measured, see tests): pure machine context -> host dims exactly 0 after every layer and
 host logits exactly 0; ordinary text -> machine dims exactly 0 except the flag, machine-token
