@@ -14,7 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import torch  # noqa: E402
 
-from gpu_layers.craft.testing import BLOCK_CASES, TINY, run_block, run_memory  # noqa: E402
+from gpu_layers.craft.testing import (BLOCK_CASES, TINY, alu_circuit, alu_rows, run_alu, run_block,  # noqa: E402
+                                      run_memory)
 
 MEMORY_CASES = {
     "memory 1 lane x32b, 16 slots": dict(slots=16, wbits=32, lanes=1),
@@ -51,6 +52,20 @@ def demo_row(quick, adder="lookahead"):
           f"{sum(mask):>6}", flush=True)
 
 
+def alu_row(quick):
+    """The one-lane ALU (every op and width; rows: gpu_layers.craft.testing.alu_rows): wrong rows."""
+    import numpy as np
+    from gpu_layers.craft.assemble import compile_circuit
+    c, blk = alu_circuit()
+    comp = compile_circuit(c, TINY)
+    vals, r, q = alu_rows(np.random.default_rng(0), 8 if quick else 64)
+    n = 2048 if quick else len(r) // 64 * 64
+    shapes = {"prefill": (n // 64, n), "decode": (32, min(n, 2048))}
+    res = {dt: run_alu(comp, blk, vals, r, q, shapes, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
+    print(f"{'alu (1 lane, 64b, 36 ops)':32} {fmt(res[torch.float32]):28} {fmt(res[torch.bfloat16]):28} "
+          f"{n:>6}  {blk.cost.row()}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1,024 inputs per block")
@@ -73,6 +88,7 @@ def main():
             r, _ = run_memory(B=B, T=T, dtype=dt, **kw)
             res[dt] = {p: (sum(w for w, _ in per.values()), sum(m for _, m in per.values())) for p, per in r.items()}
         print(f"{label:32} {fmt(res[torch.float32]):28} {fmt(res[torch.bfloat16]):28} {B * T:>6}", flush=True)
+    alu_row(args.quick)
     demo_row(args.quick)
     demo_row(args.quick, adder="prefix")
     print(f"({time.time() - t0:.0f} s; wrong = decoded output fields that differ from the Python reference)")

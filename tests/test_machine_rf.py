@@ -19,6 +19,7 @@ from transformers.cache_utils import DynamicCache
 
 from gpu_layers.craft.state import max_rail_error, recurrent_state
 from gpu_layers.craft.testing import LAYERS_2B, TINY
+from gpu_layers.machine.protocol import lane_masks, lane_states
 from gpu_layers.machine.inspect_state import read_registers, registers_at, written
 from gpu_layers.machine.rf_circuit import (CHUNKS, PAYLOAD, REGS, RF_PORT, StreamError, build_rf_machine,
                                            chunk_bits)
@@ -50,7 +51,7 @@ class StreamModel:
         if kind == "wi":
             self.pc = tok[2]
         elif kind == "g":
-            self.group = (tok[1], tok[2], tok[5], self.pc, {})
+            self.group = (tok[1], lane_masks(tok[2])[1], tok[4], self.pc, {})
         elif kind == "d":
             self.group[4][(tok[1], tok[2])] = tok[3]
 
@@ -104,7 +105,7 @@ def random_stream(rng, n_issues, program):
                 v = random_value(rng) or 5
                 vals = [v] * 4
                 same = 1
-            toks.append(("g", k, e, 0, 0, same))
+            toks.append(("g", k, lane_states(e, e, 0), 0, same))
             data = []
             for j in ([0] if same else lanes):
                 data += [("d", 0 if same else j, c, x) for c, x in enumerate(chunks_of(vals[j])) if x]
@@ -196,8 +197,8 @@ def test_small_heads_bank_the_program():
 
 def test_stream_refusals(machine):
     rf, _ = machine
-    for bad in [[("blk", 1)], [("wi", 1, 0)], [("wi", 0, 64)], [("g", 2, 1, 0, 0, 0)],
-                [("g", 0, 1, 0, 1, 0)], [("d", 0, 3, 1)], [("d", 0, 2, 1024)], [("x", 5)]]:
+    for bad in [[("blk", 1)], [("wi", 1, 0)], [("wi", 0, 64)], [("g", 2, 2, 0, 0)],
+                [("g", 0, 2, 1, 0)], [("d", 0, 3, 1)], [("d", 0, 2, 1024)], [("x", 5)]]:
         with pytest.raises(StreamError):
             rf.stream_tokens(bad)
     with pytest.raises(StreamError):

@@ -29,7 +29,8 @@ class StateDecodeError(ValueError):
 def recurrent_state(source, layer: int) -> torch.Tensor:
     """The recurrent state tensor (batch, value heads, key dim, value dim) of compiled layer `layer`
     from a transformers Cache (DynamicCache), a model output carrying one (`.cache` /
-    `.past_key_values`), or a {layer: tensor} dict. A copy: the cache updates its tensors in place."""
+    `.past_key_values`), the fast executor's state (gpu_layers.craft.fast.FastState: same layout),
+    or a {layer: tensor} dict. A copy: the cache updates its tensors in place."""
     if isinstance(source, dict):
         st = source[layer]
     else:

@@ -1,7 +1,9 @@
 """Harness shared by the exactness tests and scripts/measure_blocks_bf16.py: drive a compiled circuit
 through stock transformers (prefill = chunked path, decode = recurrent path with the cache) on
 rows of input-field values, and compare the decoded outputs with independent references
-(`INDEPENDENT_REFS`, plain expressions that share nothing with the blocks' own `ref`)."""
+(`INDEPENDENT_REFS`, plain expressions that share nothing with the blocks' own `ref`); the ALU
+block's operands, rows and runs (`alu_rows`, `run_alu`: its reference is checked against the
+interpreter in tests/test_craft_alu.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -355,3 +357,116 @@ def run_memory(config=None, B=40, T=256, seed=0, dtype=torch.float32, paths=("pr
     X = encode_rows(comp, vals).reshape(B, T, -1)
     hid = run_paths(comp, X, dtype, paths)
     return {p: compare_outputs(comp, h, exp) for p, h in hid.items()}, comp
+
+
+# ---- the ALU block (gpu_layers.craft.blocks.alu): valid operands, rows, both paths -------------
+
+_M64 = (1 << 64) - 1
+_ALU_SHIFTS = ("shl", "shr_u", "shr_s")
+_ALU_CONVS = ("mov_a", "zext", "sext8", "sext16", "sext32", "zext8", "zext16", "zext32")
+
+
+def alu_edges(w):
+    M, H = (1 << w) - 1, 1 << (w - 1)
+    return [0, 1, 2, M, M - 1, H, H - 1, H + 1]          # 0, 1, 2, -1, -2, MIN, MAX, MIN + 1
+
+
+def alu_amounts(w):
+    return [0, 1, 2, w - 1, w, w + 1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 128, 256, 1 << 31,
+            (1 << 32) - 1, (1 << 32) - 64, 0x12345678]
+
+
+def alu_operand_pairs(rng, op, w, n):
+    """(a, b) pairs for op at width w: every edge pair (edges x edges; for the shifts edges x
+    amounts), then n random ones biased toward the hard cases (b = a, one bit off, close, ~a +- 2:
+    long carry and borrow chains; shift amounts around w, 32 and 64; for the conversions any
+    64-bit a, also with bits above w)."""
+    M = (1 << w) - 1
+    E = alu_edges(w)
+    pairs = [(x, k) for x in E for k in alu_amounts(w)] if op in _ALU_SHIFTS else [(x, y) for x in E for y in E]
+    for _ in range(n):
+        x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+        x &= M if rng.random() < 0.8 else (M >> int(rng.integers(0, w)))
+        if op in _ALU_SHIFTS:
+            y = int(rng.choice(alu_amounts(w))) if rng.random() < 0.3 else (
+                int(rng.integers(0, w + 2)) if rng.random() < 0.8 else int(rng.integers(0, 1 << 32)))
+        else:
+            kind = rng.integers(0, 6)
+            z = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+            y = [x, x ^ (1 << int(rng.integers(0, w))), x + int(rng.integers(-300, 300)),
+                 ~x + int(rng.integers(-2, 3)), z, int(rng.choice(E))][kind] & M
+        pairs.append((x, y))
+    if op in _ALU_CONVS:                  # a conversion's source register may be wider than w
+        pairs = [(x | (int(rng.integers(0, 1 << 63)) << w) & _M64 if rng.random() < 0.5 else x, y)
+                 for x, y in pairs]
+    return [(x & _M64, y & _M64) for x, y in pairs]
+
+
+def alu_circuit(a_enc="bits", b_enc="bits", enc="bits"):
+    """One ALU alone: inputs op, width, a, b (encodings a_enc, b_enc), p; outputs in `enc`."""
+    from . import blocks as B
+    from .blocks.alu import ALU_OPS, ALU_WIDTHS
+    from .circuit import Circuit
+    from .fields import bits, dual, onehot, rail3
+    c = Circuit("alu")
+    op = c.input(onehot("op", len(ALU_OPS)))
+    width = c.input(onehot("width", len(ALU_WIDTHS)))
+    make = {"bits": bits, "dual": dual, "rail3": rail3}
+    a = c.input(make[a_enc]("a", 64))
+    b = c.input(make[b_enc]("b", 64))
+    p = c.input(dual("p", 1))
+    blk = B.alu(c, op, width, a, b, p, enc=enc)
+    return c, blk
+
+
+def alu_rows(rng, per_width):
+    """Every op and width: its edge pairs + per_width random rows, shuffled, each with valid
+    operands. Returns ({field: int64 array (64-bit words as int64 views)}, expected r, expected q)."""
+    from .blocks.alu import ALU_OPS, ALU_WIDTHS, alu_ref
+    cols = {"op": [], "width": [], "a": [], "b": [], "p": []}
+    for k, op in enumerate(ALU_OPS):
+        for wi, w in enumerate(ALU_WIDTHS):
+            for x, y in alu_operand_pairs(rng, op, w, per_width):
+                cols["op"].append(k)
+                cols["width"].append(wi)
+                cols["a"].append(x)
+                cols["b"].append(y)
+                cols["p"].append(int(rng.integers(0, 2)))
+    perm = rng.permutation(len(cols["op"]))
+    vals = {n: np.array(v, dtype=np.uint64 if n in "ab" else np.int64)[perm] for n, v in cols.items()}
+    exp = [alu_ref(int(o), ALU_WIDTHS[int(w)], int(x), int(y), int(p))
+           for o, w, x, y, p in zip(vals["op"], vals["width"], vals["a"], vals["b"], vals["p"])]
+    vals["a"], vals["b"] = vals["a"].view(np.int64), vals["b"].view(np.int64)
+    r = np.array([e[0] for e in exp], dtype=np.uint64).view(np.int64)
+    q = np.array([e[1] for e in exp], dtype=np.int64)
+    return vals, r, q
+
+
+def run_alu(comp, blk, vals, r, q, shapes, dtype=torch.float32):
+    """{path: (wrong rows, margin failures)}; shapes {path: (sequences, rows)}: the first rows of
+    vals as that many sequences, one prefill or token by token with the cache. The first wrong
+    row of each path is printed."""
+    from .blocks.alu import ALU_OPS, ALU_WIDTHS
+    rf, qf = blk.outputs
+    model = build_machine_model(comp.machine, dtype=dtype)
+    X = encode_rows(comp, {n: (np.zeros_like(v) if comp.layout.fields[n].enc == "rail3" else v)
+                           for n, v in vals.items()})
+    for f in comp.circuit.inputs:          # rail3 (a memory read): every 64-bit word present
+        if f.enc == "rail3":
+            bit = (vals[f.name].view(np.uint64)[:, None] >> np.arange(f.n, dtype=np.uint64)) & np.uint64(1)
+            bit = bit.astype(np.float64)
+            X[:, f.start:f.stop] = np.stack([bit - 0.5, 0.5 - bit], -1).reshape(len(bit), 2 * f.n)
+    res = {}
+    for path, (Bsz, n) in shapes.items():
+        h = run_paths(comp, X[:n].reshape(Bsz, n // Bsz, -1), dtype, (path,), model=model)[path]
+        flat = h.reshape(-1, h.shape[-1])
+        rv, rok = comp.decode(rf.name, flat)
+        qv, qok = comp.decode(qf.name, flat)
+        bad = np.nonzero((rv != r[:n]) | (qv != q[:n]))[0]
+        if bad.size:
+            k = bad[0]
+            print(f"{path}: {ALU_OPS[vals['op'][k]]} w={ALU_WIDTHS[vals['width'][k]]} "
+                  f"a={int(vals['a'][k]) & _M64:#x} b={int(vals['b'][k]) & _M64:#x} p={vals['p'][k]}: "
+                  f"r {int(rv[k]) & _M64:#x} q {qv[k]}, want r {int(r[k]) & _M64:#x} q {q[k]}")
+        res[path] = (int(bad.size), int((~rok).sum() + (~qok).sum()))
+    return res

@@ -7,10 +7,13 @@ groups of `lanes` consecutive lanes that hold an active thread, in lane order. E
 token, so each token names what it carries):
 
     <blk B>            block B starts (blocks run in order)
-    <wi W P>           warp W issues the instruction at machine PC P
-    <g K E V U S>      lane group K of that issue: E = lanes that executed it (guard true; for a
-                       branch: taken), V = their predicate results when the destination is a
-                       predicate, U = lanes whose write-back is undefined (poison); 4 bits each;
+    <wi W P H>         warp W issues the instruction at machine PC P; H = the block's barrier
+                       phase before this step (it flips after a step that releases a barrier)
+    <g K L U S>        lane group K of that issue: L = 2 bits per lane (lane j at bits 2j, 2j+1):
+                       0 not issued (another PC, exited or absent), 1 issued but not executed
+                       (guard false; for a branch: not taken), 2 executed (taken), 3 executed
+                       with predicate result 1 (setp and other predicate destinations);
+                       U = lanes whose write-back is undefined (poison), 4 bits;
                        S = 1: every executed lane writes the same value, sent once (as lane 0)
     <d J C X>          write-back data: chunk C (PAYLOAD bits, low chunk first) of the destination
                        register(s) of lane J of the group; chunks that are 0 are not sent (a
@@ -18,6 +21,16 @@ token, so each token names what it carries):
     <dump N>           output buffer N follows, as <x X> tokens of its 16-bit words in order
     <x X>              16 bits of a dumped buffer
     <halt>             the launch is over
+
+Why H: a thread waiting at `bar.sync` waits for the phase it arrived in; when the last thread
+arrives (or the last one not waiting exits) every waiting thread is released at once. The release
+changes every waiting thread's state, and the phase is a state that computes its own next value,
+so the token after the releasing step carries the new phase and nothing else is rewritten.
+
+Why L names issued lanes and not only executed ones: every issued lane's PC moves (to PC + 1, or
+to the target when taken), and which lanes were issued depends on their old PCs; a DeltaNet memory
+cannot compute its own next value (docs/machine.md section 2), so the PC file's per-lane write
+enable must come from the token.
 
 `trace_tokens` runs a lowered kernel on the reference interpreter and returns this stream with the
 buffers; `decode_outputs` reads the output buffers back from the stream alone. Counting: tokens
@@ -73,14 +86,15 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     prog = program_for(kernel)
     toks = []
     cols = {}
-    state = {"block": None, "issues": 0}
+    state = {"block": None, "issues": 0, "phase": 0}
     gmask = (1 << lanes) - 1
 
     def observe(W, ins, pc, active, done):
         if W.block_id != state["block"]:
             state["block"] = W.block_id
+            state["phase"] = 0
             toks.append(("blk", W.block_id))
-        toks.append(("wi", W.index, pc))
+        toks.append(("wi", W.index, pc, state["phase"]))
         dcols = cols.get(pc)
         if dcols is None:
             dcols = cols[pc] = _dst_columns(prog, ins)
@@ -94,12 +108,14 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                 continue
             state["issues"] += 1
             e = v = u = 0
+            issued = 0
             data = []
             words = []
             for l in group:
+                j = l - k * lanes
+                issued |= 1 << j
                 if l not in done_set:
                     continue
-                j = l - k * lanes
                 e |= 1 << j
                 bits = []
                 for c, w in dcols:
@@ -115,8 +131,11 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
             for j, ch in (words[:1] if same else words):
                 data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
-            toks.append(("g", k, e & gmask, v, u, same))
+            toks.append(("g", k, lane_states(issued & gmask, e & gmask, v, lanes), u, same))
             toks.extend(data)
+        blk = W.block
+        if blk.waiting and blk.waiting == blk.alive:      # the interpreter releases after this step
+            state["phase"] ^= 1
 
     res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
                  step_budget=step_budget, observer=observe)
@@ -129,6 +148,27 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         toks.extend(("x", x) for x in _chunks([(b, 8) for b in data], CHUNK))
     toks.append(("halt",))
     return Trace(toks, res.buffers, res.steps, state["issues"])
+
+
+def lane_states(issued: int, executed: int, preds: int, lanes: int = 4) -> int:
+    """The L field of <g>: 2 bits per lane (0 not issued, 1 issued, 2 executed, 3 executed with
+    predicate result 1) from 4-bit masks."""
+    out = 0
+    for j in range(lanes):
+        st = 0 if not (issued >> j) & 1 else 1 if not (executed >> j) & 1 else 2 + ((preds >> j) & 1)
+        out |= st << (2 * j)
+    return out
+
+
+def lane_masks(states: int, lanes: int = 4) -> tuple[int, int, int]:
+    """(issued, executed, predicate results) 4-bit masks of a <g> token's L field."""
+    issued = executed = preds = 0
+    for j in range(lanes):
+        st = (states >> (2 * j)) & 3
+        issued |= int(st > 0) << j
+        executed |= int(st >= 2) << j
+        preds |= int(st == 3) << j
+    return issued, executed, preds
 
 
 def _chunks(bits, size):
@@ -190,12 +230,15 @@ def describe(tok) -> str:
     if k == "blk":
         return f"<blk {tok[1]}>        block {tok[1]} starts"
     if k == "wi":
-        return f"<wi {tok[1]} {tok[2]}>      warp {tok[1]} issues machine instruction {tok[2]}"
+        ph = tok[3] if len(tok) > 3 else 0
+        return f"<wi {tok[1]} {tok[2]} {ph}>    warp {tok[1]} issues machine instruction {tok[2]} (barrier phase {ph})"
     if k == "g":
-        _, grp, e, v, u, same = tok
+        _, grp, st, u, same = tok
+        a, e, v = lane_masks(st)
         extra = (f", predicates {v:04b}" if v else "") + (f", undefined {u:04b}" if u else "") + \
             (", one value for all" if same else "")
-        return f"<g {grp} {e:04b} {v:04b} {u:04b} {same}>  lane group {grp}: lanes {e:04b} executed{extra}"
+        lanes = " ".join(str((st >> (2 * j)) & 3) for j in reversed(range(4)))
+        return f"<g {grp} {lanes} {u:04b} {same}>  lane group {grp}: issued {a:04b}, executed {e:04b}{extra}"
     if k == "d":
         return f"<d {tok[1]} {tok[2]} {tok[3]:#05x}>   lane {tok[1]}, chunk {tok[2]}: bits " \
                f"{PAYLOAD * tok[2]}..{PAYLOAD * tok[2] + PAYLOAD - 1} = {tok[3]:#x}"

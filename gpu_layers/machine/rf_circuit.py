@@ -10,7 +10,7 @@ Scope v0 (what this circuit supports; anything else is refused by name when enco
   * up to 16 machine registers of up to 32 bits per thread (write-backs of 3 chunks of 11 bits;
     chunk 2 carries bits 22..31, so its X < 1024);
   * machine PCs < 64; a program of <pd> prompt tokens, one per instruction;
-  * no predicates, poison or 64-bit registers (the V and U fields of <g> are dropped; an instruction
+  * no predicates, poison or 64-bit registers (of <g>'s lane states only "executed" is kept; an instruction
     whose destination is a predicate is given as `none`; streams with U != 0 are refused).
 
 Vocabulary (the machine tokens of this circuit):
@@ -70,6 +70,7 @@ from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.machine.protocol import lane_masks
 
 THREADS, LANES, GROUPS = 8, 4, 2      # one warp of 8 threads: lane groups 0 and 1 of 4 lanes
 REGS = 16                             # machine registers per thread
@@ -157,7 +158,8 @@ class RFMachine:
                     raise StreamError(f"<wi {t[1]} {t[2]}>: v0 has warp 0 and PCs < {PCS}")
                 out.append(tok_wi(t[2]))
             elif k == "g":
-                _, grp, e, _v, u, s = t
+                _, grp, states, u, s = t
+                e = lane_masks(states)[1]
                 if grp >= GROUPS:
                     raise StreamError(f"lane group {grp}: v0 has {GROUPS} groups (8 threads)")
                 if u:
