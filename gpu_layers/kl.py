@@ -2,13 +2,15 @@
 
 `python -m gpu_layers kl --host H --text FILE --machine NAME [--dtype float32|bfloat16] [--out DIR]`:
 
-1. load the host (`gpu_layers.hosts.load_host`) in `--dtype` (float32 by default: measurement);
-2. compile the named machine for the host's layer budgets (`gpu_layers.craft.machines`; an unknown
-   name or a machine that does not fit is an error, nothing falls back to another machine);
-3. splice, the text flag sized from the host's residual measured on the built-in calibration text
-   (`gpu_layers.splice.size_text_flag`), then SAVE the checkpoint (save_pretrained, to `--out` or a
-   temporary directory) and RELOAD it with stock `AutoModelForCausalLM.from_pretrained` (no custom
-   code); the in-memory spliced model is dropped before the reload;
+1-3. build exactly as `python -m gpu_layers build` does (`gpu_layers.build.splice_host`): compile
+   the named machine for the host's layer budgets (`gpu_layers.craft.machines`; an unknown name or
+   a machine that does not fit is an error, nothing falls back to another machine), load the host
+   (`gpu_layers.hosts.load_host`) in `--dtype` (float32 by default: measurement), splice, the text
+   flag sized from the host's residual measured on the built-in calibration text
+   (`gpu_layers.splice.size_text_flag`), then SAVE the checkpoint (`gpu_layers.build.save_build`:
+   checkpoint, tokenizer files, manifest; to `--out` or a temporary directory) and RELOAD it with
+   stock `AutoModelForCausalLM.from_pretrained` (no custom code); the in-memory spliced model is
+   dropped before the reload (the host is kept: it is the reference);
 4. measure on the reloaded model, every position of the tokenized text.
 
 Definition (per position t of the tokenized text, every position counted):
@@ -92,26 +94,25 @@ def kl_stats(original, spliced, ids, chunk: int = 128) -> dict:
 
 def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: int = 4096,
         out: str | None = None) -> dict:
-    """Build, save, reload (stock transformers) and measure; returns the statistics and the setup."""
-    from gpu_layers.craft.machines import build_machine, describe
-    from gpu_layers.hosts import calibration_ids, host_tokenizer, load_host
-    from gpu_layers.splice import load_spliced, save_spliced, splice
+    """Build (gpu_layers.build.splice_host, keeping the host), save (gpu_layers.build.save_build:
+    the same files `python -m gpu_layers build` writes), reload (stock transformers) and measure;
+    returns the statistics and the setup."""
+    from gpu_layers.build import save_build, splice_host
+    from gpu_layers.hosts import host_tokenizer
+    from gpu_layers.splice import load_spliced
 
     if dtype not in DTYPES:
         raise QwenGPUError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     tdtype = DTYPES[dtype]
-    original = load_host(host, dtype=tdtype)
-    tok = host_tokenizer(host)
-    ids = tok.encode(text)[:max_tokens]
+    ids = host_tokenizer(host).encode(text)[:max_tokens]
     if len(ids) < 2:
         raise QwenGPUError("the text has fewer than 2 tokens")
-    m = build_machine(machine, original.config)
-    spliced = splice(original, m, calibration_ids=calibration_ids(original.config.vocab_size, tok))
-    info = spliced.splice_info
+    built = splice_host(host, machine, dtype=dtype, keep_host=True)
+    original, info = built.host, built.spliced.splice_info
     with tempfile.TemporaryDirectory(prefix="qwengpu-kl-") as tmp:
         path = Path(out) if out else Path(tmp)
-        save_spliced(spliced, path)
-        del spliced
+        save_build(built, path)
+        built.spliced = None
         gc.collect()
         reloaded = load_spliced(path, dtype=tdtype)  # stock AutoModelForCausalLM.from_pretrained
         if reloaded.splice_info is None or reloaded.splice_info.token_names != info.token_names:
@@ -120,7 +121,7 @@ def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: 
         stats["loaded_class"] = type(reloaded).__name__
         del reloaded
     stats.update({
-        "host": host, "dtype": dtype, "machine": describe(machine, m), "checkpoint": str(out) if out else None,
+        "host": host, "dtype": dtype, "machine": built.description, "checkpoint": str(out) if out else None,
         "machine_width": info.machine_width, "machine_vocab": info.machine_vocab,
         "compiled_layers": info.n_compiled_layers, "flag_location": info.flag_location,
         "flag_value": info.flag_value, "suppression": info.suppression, "norm_mode": info.norm_mode,

@@ -66,7 +66,11 @@ model's own size (a 1024-wide, 8-layer host with the real vocabulary: host 673 M
 text weights 3.5 GiB in bf16) with 45 compiled layers, W = 1024 and 1024 machine tokens the spliced
 parameters take ~14.3 GiB (compiled layers are stored dense at the host's layer budgets: 7.6 GiB;
 padded host layers 3.8; embedding and untied LM head 1.4 each), so building needs ~14.3 GiB with
-free_host (~17.8 GiB without) plus the loader's one host copy before it.
+free_host (~17.8 GiB without) plus the loader's one host copy before it. Measured
+(scripts/bench_build_memory.py, a random host of the 2B's exact shape, `python -m gpu_layers build
+--machine regfile-prefix --dtype bfloat16`: W = 1095, 10 compiled layers, the flag in compiled
+layer 0): spliced model 8.5 GiB on disk, build peak resident memory 9.8 GiB with free_host and
+free_machine.
 
 Exactness (measured, see tests): pure machine context -> host dims exactly 0 after every layer and
 host logits exactly 0; ordinary text -> machine dims exactly 0 except the flag, machine-token
@@ -366,6 +370,7 @@ class SplicePlan:
     residual: ResidualStats | None
     norm_mode: str
     free_host: bool
+    free_machine: bool = False
 
     @property
     def Hp(self) -> int:
@@ -499,6 +504,9 @@ def place_compiled_layers(model, machine: CompiledMachine, plan: SplicePlan) -> 
                 _place(p[M], src, plan.s_m)
             else:
                 _place(p, src)
+        if plan.free_machine:       # placed: the float32 compiled tensors of this layer are not needed again
+            machine.layers[j] = {k: torch.empty(0) for k in layer}
+            del layer, src
 
 
 def write_text_flag(model, plan: SplicePlan) -> None:
@@ -553,7 +561,7 @@ def finish(model, machine: CompiledMachine, plan: SplicePlan):
 @torch.no_grad()
 def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = None,
            suppression: float | None = None, calibration_ids=None, flag_layer: str = "auto", dtype=None,
-           free_host: bool = False, norm_mode: str = "scale_residual"):
+           free_host: bool = False, norm_mode: str = "scale_residual", free_machine: bool = False):
     """Host + machine -> one Qwen3_5ForCausalLM (stock class). Returns the model; `model.splice_info`
     (a SpliceInfo, also stored in `model.config.qwengpu`) maps machine token names to ids.
 
@@ -568,6 +576,8 @@ def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = N
     dtype: of the spliced model (default: the host's); every weight is rounded to it once.
     free_host: release each host tensor as soon as it is copied (the host model is unusable
     afterwards), so the peak stays near the spliced model's own size instead of host + spliced.
+    free_machine: release each compiled layer's (float32) tensors once placed (`machine.layers`
+    then holds empty tensors): at Qwen3.5-2B's budgets they are GBs (regfile-prefix: 3.4 GiB).
     norm_mode: how whole-vector RMSNorms over H' reproduce the norms over n = H (host) or W
     (machine). Both set gains (1 + w) sqrt(n / H') - 1. "scale_residual" (default) also multiplies
     that part of the residual by s = sqrt(H'/n): embedding rows and every writer (o_proj, out_proj,
@@ -580,6 +590,7 @@ def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = N
     plan = plan_splice(host_model, machine, flag_value=flag_value, suppression=suppression,
                        calibration=calibration_ids, flag_layer=flag_layer, dtype=dtype,
                        free_host=free_host, norm_mode=norm_mode)
+    plan.free_machine = free_machine
     model = build_meta_model(host_model.config, machine, plan)
     place_host_layers(model, host_model, plan)
     place_vocabulary(model, host_model, machine, plan)

@@ -34,7 +34,23 @@ def test_tiny_host_is_deterministic(host):
     assert not torch.equal(pa["model.layers.0.mlp.up_proj.weight"], dict(other.named_parameters())["model.layers.0.mlp.up_proj.weight"])
 
 
-def test_tiny_host_scales_are_realistic(host):
+def test_tiny_2b_layers_host_has_the_2b_layer_budgets():
+    """tiny-2b-layers: Qwen3.5-2B's per-layer budgets (all the compiler reads), tiny elsewhere."""
+    from gpu_layers.craft.assemble import SHAPE_KEYS
+    from gpu_layers.hosts import LAYER_BUDGET_KEYS, REAL_2B_TEXT_CONFIG
+
+    assert set(LAYER_BUDGET_KEYS) == set(SHAPE_KEYS)
+    c = load_host("tiny-2b-layers", dtype=torch.float32).config
+    assert {k: getattr(c, k) for k in SHAPE_KEYS} == {k: REAL_2B_TEXT_CONFIG[k] for k in SHAPE_KEYS}
+    assert (c.intermediate_size, c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
+            c.linear_value_head_dim, c.linear_conv_kernel_dim) == (6144, 16, 16, 128, 128, 4)
+    assert (c.hidden_size, c.num_hidden_layers, c.vocab_size) == (128, 4, QWEN35_VOCAB)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-2b-layers"])
+def test_tiny_host_scales_are_realistic(host, name):
+    if name != "tiny":
+        host = load_host(name, dtype=torch.float32)  # the same tiny_host draw (seeded) at other shapes
     tok = tiny_tokenizer()
     ids = torch.tensor([tok.encode(inspect.getsource(textwrap))[:256]])
     with torch.no_grad():
@@ -57,7 +73,7 @@ def test_small_residual_host_is_the_tiny_host_at_a_small_scale(host, one_torch_t
     and the final-norm gains / 0.05: residual rms 0.05-0.08 like a trained model's, the same
     logits up to the norms' eps (eps / rms^2 ~ 4e-4 instead of 1e-6)."""
     small = load_host("tiny-small-residual", dtype=torch.float32)
-    assert TINY_HOSTS["tiny-small-residual"] == 0.05
+    assert TINY_HOSTS["tiny-small-residual"].residual_scale == 0.05
     ids = torch.tensor([tiny_tokenizer().encode(inspect.getsource(textwrap))[:256]])
     with torch.no_grad():
         a = host(ids, output_hidden_states=True)

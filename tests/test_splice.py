@@ -240,10 +240,13 @@ def test_memory_estimates(host, machine):
 
 
 def test_free_host_builds_the_same_model(host, machine):
+    import copy
+
     ref = splice(host, machine)
-    donor = tiny_host()
-    lean = splice(donor, machine, free_host=True)
+    donor, spent = tiny_host(), copy.deepcopy(machine)
+    lean = splice(donor, spent, free_host=True, free_machine=True)
     assert all(p.numel() == 0 for p in donor.parameters())  # the host's memory was handed back
+    assert all(t.numel() == 0 for L in spent.layers for t in L.values())    # and the compiled layers'
     got = dict(lean.named_parameters())
     assert all(torch.equal(got[n], p) for n, p in ref.named_parameters())
 
@@ -304,14 +307,17 @@ def test_compiler_output_splices_exactly(host):
         assert np.abs(hm - ref[path]).max() < 1e-4
 
 
-def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(host):
-    """The compiler's demo (a 4-lane register file with an adder; 7 layers, 2129 machine tokens)
-    spliced into the host: every token the machine must emit wins the argmax over the FULL spliced
+def test_compiler_demo_runs_token_by_token_in_the_spliced_checkpoint(one_torch_thread):
+    """The compiler's demo (a 4-lane register file with an adder; 2129 machine tokens) compiled for
+    and spliced into the tiny-2b-layers host (Qwen3.5-2B's layer budgets: 6 layers, the machine a 2B
+    build holds): every token the machine must emit wins the argmax over the FULL spliced
     vocabulary, and stock greedy `generate` produces the sum bytes."""
     from gpu_layers.craft import demo_regfile as demo_mod
     import numpy as np
 
+    host = load_host("tiny-2b-layers", dtype=torch.float32)
     demo = demo_mod.build_regfile(host.config)
+    assert demo.compiled.num_layers == 6
     sp = splice(host, demo.compiled.machine)
     info = sp.splice_info
     toks, expect, mask = demo_mod.random_program(np.random.default_rng(1), 10)

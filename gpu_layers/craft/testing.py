@@ -9,16 +9,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpu_layers.hosts import TINY_CONFIG
+from gpu_layers.hosts import LAYER_BUDGET_KEYS, TINY_2B_LAYERS_CONFIG, TINY_CONFIG
 
 from .assemble import Compiled, compile_circuit
 from .machine_model import as_inputs, build_machine_model, run_decode, run_prefill
 
-# A tiny host's shapes (the test host of the splice); the compiler reads whatever config it gets.
-# The layer budgets of the tiny test host (gpu_layers.hosts.TINY_CONFIG), the shapes the tests compile for.
-TINY = {k: TINY_CONFIG[k] for k in ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
-                                    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-                                    "rms_norm_eps")}
+# Layer budgets the tests compile for (the compiler reads only these keys of a host config):
+# LAYERS_2B = Qwen3.5-2B's (the "tiny-2b-layers" host's): every machine the tests check (the
+# MACHINES registry, the register-file commit circuit) is compiled for these, so CI tests the very
+# machine a 2B build contains. TINY = the "tiny" host's small budgets (8 heads of 32/64, 1536
+# neurons): for tests of blocks, memories and budget limits where small heads are the point
+# (banking past a key head, several ports per layer, budget failures) or keep sweeps fast.
+LAYERS_2B = {k: TINY_2B_LAYERS_CONFIG[k] for k in LAYER_BUDGET_KEYS}
+TINY = {k: TINY_CONFIG[k] for k in LAYER_BUDGET_KEYS}
 
 
 def random_values(f, rng, N):
