@@ -129,3 +129,37 @@ def test_refusals(unit):
         cu.encode(["<wi 0 512 0>"])
     with pytest.raises(ControlError):
         build_control_unit(REAL_2B, threads=12)
+
+
+PAIRS = r'''
+extern "C" __global__ void pairs(const int* a, int* out) {
+    __shared__ int s[64];
+    int t = threadIdx.x;
+    s[t] = a[t] + 3;
+    __syncthreads();
+    int v = s[39 - t];
+    if (t & 1) v += s[t];
+    __syncthreads();
+    s[t] = v;
+    out[(blockIdx.x << 6) + t] = v;
+}'''
+
+
+def test_several_warps_round_robin():
+    """Blocks of 40 threads (a full warp and a partial one) meeting at two barriers: the unit for
+    64 threads predicts every <w W H> (the warps' round robin), <wi W P H>, <g> and <blk>/<halt>.
+    Through the fast executor (tested token for token against stock transformers above): the stock
+    model at this width is several GB of mostly-zero weights."""
+    from gpu_layers.nvcc import compile_cuda
+
+    cu = build_control_unit(REAL_2B, threads=64)
+    kernel = lower(module_for(compile_cuda(PAIRS)).kernel("pairs"))
+    a, out = np.arange(80, dtype=np.int32), np.zeros(128, dtype=np.int32)
+    names, n0 = control_stream(cu, kernel, (2, 1, 1), (40, 1, 1), [a, out])
+    steps = [i for i, n in enumerate(names) if n.startswith("<wi ")]
+    assert steps and all(names[i - 1].startswith("<w ") and names[i - 1].split()[1] == names[i].split()[1]
+                         for i in steps)
+    assert {names[i].split()[1] for i in steps} == {"0", "1"}
+    assert check_predictions(cu, names, n0, fast_rows(cu, cu.encode(names))) == []
+    with pytest.raises(ControlError, match="threads per block"):
+        cu.prompt_tokens(kernel, (1, 1, 1), (65, 1, 1))
