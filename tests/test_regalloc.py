@@ -249,3 +249,15 @@ def test_allocation_leaves_the_input_kernel_alone():
     before = [str(i) for i in k.instructions]
     ak, _ = allocate(k)
     assert [str(i) for i in k.instructions] == before != [str(i) for i in ak.instructions]
+
+
+def test_program_cache_keeps_what_is_in_use():
+    """A decoded program in use survives however many other kernels are decoded meanwhile (the
+    strict-poison check above switches a decoded program's mode; a cache that dropped everything
+    when full made it order-dependent)."""
+    text = kernel_ptx(OUT + "\tret;\n", params=(("out", "u64"),))
+    k0 = parse_ptx(text).kernel()
+    p0 = program_for(k0)
+    for _ in range(300):
+        program_for(parse_ptx(text).kernel())
+        assert program_for(k0) is p0

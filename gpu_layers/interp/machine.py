@@ -194,18 +194,21 @@ _PROGRAMS: dict = {}
 
 
 def program_for(kernel: Kernel) -> Program:
-    """Validate and decode a kernel once (cached by identity)."""
+    """Validate and decode a kernel once (cached by identity, least recently used evicted first:
+    a caller holding a decoded program, e.g. one whose poison mode a test switched, keeps getting
+    the same object while it keeps using it)."""
     key = id(kernel)
     hit = _PROGRAMS.get(key)
     if hit is not None and hit[0] is kernel:
+        _PROGRAMS[key] = _PROGRAMS.pop(key)            # most recently used last
         return hit[1]
     if kernel.module is not None:
         validate(kernel.module, kernel.name)
     else:
         validate(Module(kernels={kernel.name: kernel}), kernel.name)
     prog = Program(kernel)
-    if len(_PROGRAMS) > 256:
-        _PROGRAMS.clear()
+    while len(_PROGRAMS) >= 256:
+        del _PROGRAMS[next(iter(_PROGRAMS))]
     _PROGRAMS[key] = (kernel, prog)
     return prog
 
