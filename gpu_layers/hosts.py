@@ -485,5 +485,16 @@ def _proc_status_bytes(key: str) -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (VmHWM)."""
+    """Peak resident memory of this process so far (VmHWM; since the last reset_peak_rss)."""
     return _proc_status_bytes("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak-memory count afresh (Linux: VmHWM := current RSS), so a measurement covers
+    only what follows; False where the system does not allow it."""
+    try:
+        with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False

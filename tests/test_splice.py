@@ -8,7 +8,7 @@ import torch
 
 from gpu_layers.craft.compiled import LAYER_KEYS, CompiledMachine
 from gpu_layers.craft.machine_model import build_machine_model
-from gpu_layers.hosts import load_host, peak_rss_bytes, tiny_host, tiny_tokenizer
+from gpu_layers.hosts import load_host, peak_rss_bytes, reset_peak_rss, tiny_host, tiny_tokenizer
 from gpu_layers.splice import (SPLICE_JSON, SpliceError, estimate_spliced_bytes, load_spliced,
                                measure_residual, save_spliced, size_text_flag, splice)
 from splice_fixtures import fake_vl_checkpoint, memory_machine, memory_program, stdlib_text
@@ -233,6 +233,7 @@ def test_mixed_context_effect_is_only_at_the_logits(host, machine, spliced, text
 
 def test_memory_estimates(host, machine):
     est = estimate_spliced_bytes(host.config, machine.width, len(machine.layers), machine.vocab_size, 4)
+    assert reset_peak_rss()      # the peak of this splice, not of whatever ran before in the process
     sp = splice(host, machine, flag_layer="leading")
     real = sum(p.numel() * 4 for p in sp.parameters())
     assert abs(est["total"] - real) / real < 1e-3
