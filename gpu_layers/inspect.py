@@ -202,11 +202,17 @@ def record(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
 
 def step_starts(tokens) -> list:
     """Index of the first token of every step in a protocol token stream: a step begins at its
-    `<wi>` token, or at the `<blk>` token just before it when a block starts there."""
+    `<wi>` token, or at the `<w>` naming its warp just before it (blocks of several warps), or at
+    the `<blk>` token before those when a block starts there."""
     starts = []
     for i, t in enumerate(tokens):
         if t[0] == "wi":
-            starts.append(i - 1 if i and tokens[i - 1][0] == "blk" else i)
+            j = i
+            if j and tokens[j - 1][0] == "w":
+                j -= 1
+            if j and tokens[j - 1][0] == "blk":
+                j -= 1
+            starts.append(j)
     return starts
 
 

@@ -190,8 +190,9 @@ def test_snapshot_registers_and_written_marks():
     assert "qg-w" in html and f'data-step="{s.step}"' in html
 
 
-def test_tokens_align_with_machine_code_steps():
-    c, k, args = _launch("crc32_bytes")
+@pytest.mark.parametrize("name", ["crc32_bytes", "flag_chain"])    # one warp; two warps (<w> tokens)
+def test_tokens_align_with_machine_code_steps(name):
+    c, k, args = _launch(name)
     mk = lower(k)
     rec = record(mk, c.grid, c.block, args, max_snapshots=64)
     tr = trace_tokens(mk, c.grid, c.block, args)
@@ -200,6 +201,8 @@ def test_tokens_align_with_machine_code_steps():
     for s in rec.snapshots:
         wi = [t for t in s.tokens if t[0] == "wi"]
         assert [t[:3] for t in wi] == [("wi", s.warp, s.pc)]
+        if c.block[0] > 32:
+            assert [t[:2] for t in s.tokens if t[0] == "w"] == [("w", s.warp)]
     assert rec.tokens_total == len(tr.tokens)
 
 
