@@ -29,8 +29,8 @@ from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.interp import Scalar, module_for  # noqa: E402
 from gpu_layers.machine import lower  # noqa: E402
-from gpu_layers.machine.control import (build_control_unit, check_predictions, control_stream,  # noqa: E402
-                                        fast_rows)
+from gpu_layers.machine.control import (CONTROL_KINDS, build_control_unit,  # noqa: E402
+                                        check_predictions, control_stream, fast_rows)
 from gpu_layers.suite import load_suite  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def main():
         else:
             rows = fast_rows(cu, cu.encode(names))
         bad = check_predictions(cu, names, n0, rows)
-        ctl = sum(n.startswith(("<blk ", "<wi ", "<g ", "<halt>")) for n in names[n0:])
+        ctl = sum(n.startswith(CONTROL_KINDS) for n in names[n0:])
         nb = c.grid[0] * c.grid[1] * c.grid[2]
         nt = c.block[0] * c.block[1] * c.block[2]
         print(f"{c.name:28s} {nb:6d} {nt:4d} {len(names):7d} {ctl:7d} {len(bad):6d} {time.time() - t0:6.1f}",

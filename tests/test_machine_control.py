@@ -16,8 +16,8 @@ from gpu_layers.craft.testing import TINY
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import Scalar, module_for
 from gpu_layers.machine import lower
-from gpu_layers.machine.control import (ControlError, build_control_unit, check_predictions,
-                                        control_stream, fast_rows)
+from gpu_layers.machine.control import (CONTROL_KINDS, ControlError, build_control_unit,
+                                        check_predictions, control_stream, fast_rows)
 from gpu_layers.suite import load_suite
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -48,7 +48,7 @@ def _stream(cu, name):
 
 
 def _control_count(names, n0):
-    return sum(n.startswith(("<blk ", "<wi ", "<g ", "<halt>")) for n in names[n0:])
+    return sum(n.startswith(CONTROL_KINDS) for n in names[n0:])
 
 
 # divergence: 16 threads, data-dependent branches that split and rejoin lane groups;

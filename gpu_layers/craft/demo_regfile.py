@@ -30,16 +30,16 @@ Circuit (layer positions as the scheduler places them for a tiny host's shapes):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
-import torch
 
 from . import blocks as B
-from .assemble import Compiled, compile_circuit
+from .assemble import compile_circuit
 from .blocks.base import MLPBuilder
 from .circuit import Circuit
 from .fields import Lin, bits, dual, lsum, onehot
-from .machine_model import build_machine_model
+from .machine_model import CompiledCircuit
 
 LANES, REGS, BYTES = 4, 4, 4
 KINDS = ("w", "b", "sum", "s", "end")
@@ -62,19 +62,8 @@ def _tok_s(k, x):
 
 
 @dataclass
-class RegfileDemo:
-    compiled: Compiled
-    token_ids: dict
-
-    def model(self, dtype=torch.float32):
-        return build_machine_model(self.compiled.machine, dtype=dtype)
-
-    def encode(self, names: list[str]) -> list[int]:
-        return [self.token_ids[n] for n in names]
-
-    def decode(self, ids) -> list[str]:
-        names = self.compiled.machine.token_names
-        return [names[int(i)] for i in ids]
+class RegfileDemo(CompiledCircuit):
+    label: ClassVar[str] = "the register-file demo"
 
 
 def build_regfile(config, adder: str = "lookahead") -> RegfileDemo:

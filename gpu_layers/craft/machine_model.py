@@ -12,6 +12,9 @@ The cache keyword is `cache=` (transformers 5.24: `past_key_values` is deprecate
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
@@ -77,3 +80,34 @@ def run_decode(model, x: torch.Tensor) -> torch.Tensor:
 def as_inputs(rows: np.ndarray, model) -> torch.Tensor:
     p = next(model.parameters())
     return torch.tensor(rows, dtype=torch.float32).to(device=p.device, dtype=p.dtype)
+
+
+@dataclass
+class CompiledCircuit:
+    """A compiled circuit and its machine vocabulary, as every circuit module hands it out: the
+    machine-only stock model, the fast executor, token names <-> ids. Subclasses name themselves
+    (`label`) and the error an unknown token name raises (`token_error`)."""
+
+    compiled: object                       # gpu_layers.craft.assemble.Compiled
+    token_ids: dict
+    label: ClassVar[str] = "this circuit"
+    token_error: ClassVar[type] = KeyError
+
+    def model(self, dtype=torch.float32, device="cpu") -> Qwen3_5ForCausalLM:
+        return build_machine_model(self.compiled.machine, dtype=dtype, device=device)
+
+    def fast(self):
+        """The compact exact executor of the compiled layers (gpu_layers.craft.fast)."""
+        from .fast import FastMachine
+
+        return FastMachine(self.compiled.machine)
+
+    def encode(self, names: list[str]) -> list[int]:
+        try:
+            return [self.token_ids[n] for n in names]
+        except KeyError as e:
+            raise self.token_error(f"{e.args[0]!r} is not a token of {self.label}") from None
+
+    def decode(self, ids) -> list[str]:
+        names = self.compiled.machine.token_names
+        return [names[int(i)] for i in ids]

@@ -53,15 +53,14 @@ Layers (as the scheduler places them for Qwen3.5-2B's shapes, 16 threads):
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import ClassVar
 
 from gpu_layers.craft import blocks as B
-from gpu_layers.craft.assemble import Compiled, compile_circuit
+from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import Lin, bits, dual, lsum, onehot
-from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.machine.protocol import lane_masks
 
@@ -84,23 +83,10 @@ def tok_g(k: int, states: int) -> str:
 
 
 @dataclass
-class ControlUnit:
-    compiled: Compiled
-    token_ids: dict
+class ControlUnit(CompiledCircuit):
     threads: int
-
-    def model(self, dtype=torch.float32, device="cpu"):
-        return build_machine_model(self.compiled.machine, dtype=dtype, device=device)
-
-    def encode(self, names: list[str]) -> list[int]:
-        try:
-            return [self.token_ids[n] for n in names]
-        except KeyError as e:
-            raise ControlError(f"{e.args[0]!r} is not a token of the control unit") from None
-
-    def decode(self, ids) -> list[str]:
-        names = self.compiled.machine.token_names
-        return [names[int(i)] for i in ids]
+    label: ClassVar[str] = "the control unit"
+    token_error: ClassVar[type] = ControlError
 
     # ---- prompt and stream ------------------------------------------------------------------
     def prompt_tokens(self, kernel, grid, block) -> list[str]:
@@ -529,9 +515,7 @@ def check_predictions(cu: ControlUnit, names: list[str], n_prompt: int, rows) ->
 
 def fast_rows(cu: ControlUnit, ids):
     """The logits after every token of ids from the fast executor (gpu_layers.craft.fast)."""
-    from gpu_layers.craft.fast import FastMachine
-
-    fm = FastMachine(cu.compiled.machine)
+    fm = cu.fast()
     st = fm.new_state()
     for t in ids:
         yield fm.step(st, int(t), logits=True)

@@ -73,15 +73,14 @@ Layers (as the scheduler places them for Qwen3.5-2B's shapes; 16 heads, one cons
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import ClassVar
 
 from gpu_layers.craft import blocks as B
-from gpu_layers.craft.assemble import Compiled, Shapes, compile_circuit
+from gpu_layers.craft.assemble import Shapes, compile_circuit
 from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
-from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.machine.protocol import PAYLOAD, lane_masks
 
@@ -236,27 +235,9 @@ def program_of(kernel) -> RegfileProgram:
 
 
 @dataclass
-class RegfileMachine:
-    compiled: Compiled
-    token_ids: dict
-
-    def model(self, dtype=torch.float32, device="cpu"):
-        return build_machine_model(self.compiled.machine, dtype=dtype, device=device)
-
-    def fast(self):
-        from gpu_layers.craft.fast import FastMachine
-
-        return FastMachine(self.compiled.machine)
-
-    def encode(self, names: list[str]) -> list[int]:
-        try:
-            return [self.token_ids[n] for n in names]
-        except KeyError as e:
-            raise RegfileError(f"{e.args[0]!r} is not a token of the register file v1") from None
-
-    def decode(self, ids) -> list[str]:
-        names = self.compiled.machine.token_names
-        return [names[int(i)] for i in ids]
+class RegfileMachine(CompiledCircuit):
+    label: ClassVar[str] = "the register file v1"
+    token_error: ClassVar[type] = RegfileError
 
     @staticmethod
     def program(kernel) -> RegfileProgram:

@@ -61,15 +61,14 @@ Layers (as the scheduler places them; TINY and Qwen3.5-2B shapes give the same d
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import ClassVar
 
 from gpu_layers.craft import blocks as B
-from gpu_layers.craft.assemble import Compiled, Shapes, compile_circuit
+from gpu_layers.craft.assemble import Shapes, compile_circuit
 from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
-from gpu_layers.craft.machine_model import build_machine_model
+from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.machine.protocol import lane_masks
 
 THREADS, LANES, GROUPS = 8, 4, 2      # one warp of 8 threads: lane groups 0 and 1 of 4 lanes
@@ -113,23 +112,10 @@ END = "<end>"
 
 
 @dataclass
-class RFMachine:
-    compiled: Compiled
-    token_ids: dict
+class RFMachine(CompiledCircuit):
     bank_slots: int
-
-    def model(self, dtype=torch.float32, device="cpu"):
-        return build_machine_model(self.compiled.machine, dtype=dtype, device=device)
-
-    def encode(self, names: list[str]) -> list[int]:
-        try:
-            return [self.token_ids[n] for n in names]
-        except KeyError as e:
-            raise StreamError(f"{e.args[0]!r} is not a token of the v0 register-file circuit") from None
-
-    def decode(self, ids) -> list[str]:
-        names = self.compiled.machine.token_names
-        return [names[int(i)] for i in ids]
+    label: ClassVar[str] = "the v0 register-file circuit"
+    token_error: ClassVar[type] = StreamError
 
     @staticmethod
     def program_tokens(program: dict[int, int | None]) -> list[str]:
