@@ -52,6 +52,7 @@ def main():
     print(f"control unit: {len(m.layers)} layers, W = {m.width}, {m.vocab_size} tokens, "
           f"{args.threads} threads (Qwen3.5-2B layer shapes), engine {args.engine}")
     model = cu.model() if args.engine == "stock" else None
+    fm = cu.fast() if args.engine == "fast" else None
     print(f"{'case':28s} {'blocks':>6s} {'thr':>4s} {'tokens':>7s} {'control':>7s} {'wrong':>6s} {'s':>6s}")
     done = wrong = skipped = 0
     for c in cases:
@@ -73,7 +74,7 @@ def main():
             with torch.no_grad():
                 rows = model(torch.tensor([cu.encode(names)])).logits[0].numpy()
         else:
-            rows = fast_rows(cu, cu.encode(names))
+            rows = fast_rows(fm, cu.encode(names))
         bad = check_predictions(cu, names, n0, rows)
         ctl = sum(n.startswith(CONTROL_KINDS) for n in names[n0:])
         nb = c.grid[0] * c.grid[1] * c.grid[2]

@@ -70,12 +70,12 @@ def test_fast_executor_same_predictions(unit):
     stock prefill at every position, within every allowed set, and checks clean."""
     cu, model = unit
     names, n0 = _stream(cu, "bitwise_ops")            # 2 blocks of 4 threads, loops
-    assert check_predictions(cu, names, n0, fast_rows(cu, cu.encode(names))) == []
+    assert check_predictions(cu, names, n0, fast_rows(cu.fast(), cu.encode(names))) == []
     names, n0 = _stream(cu, "divergence")
     ids = cu.encode(names)
     with torch.no_grad():
         stock = model(torch.tensor([ids])).logits[0].numpy()
-    fast = np.stack(list(fast_rows(cu, ids)))
+    fast = np.stack(list(fast_rows(cu.fast(), ids)))
     assert check_predictions(cu, names, n0, fast) == []
     for want in {n for n in names[n0:] if n.startswith(("<g ", "<wi "))}:
         allowed = np.array(cu.allowed(want))
@@ -158,6 +158,6 @@ def test_several_warps_round_robin():
     assert steps and all(names[i - 1].startswith("<w ") and names[i - 1].split()[1] == names[i].split()[1]
                          for i in steps)
     assert {names[i].split()[1] for i in steps} == {"0", "1"}
-    assert check_predictions(cu, names, n0, fast_rows(cu, cu.encode(names))) == []
+    assert check_predictions(cu, names, n0, fast_rows(cu.fast(), cu.encode(names))) == []
     with pytest.raises(ControlError, match="threads per block"):
         cu.prompt_tokens(kernel, (1, 1, 1), (65, 1, 1))

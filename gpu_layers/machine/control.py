@@ -159,6 +159,31 @@ def _g_parts(name: str):
     return k, executed, preds
 
 
+def _beats_steps(mb: MLPBuilder, out, n: int, key, runs, big: float) -> list[tuple[int, int]]:
+    """out[idx] := [u beats t] for every ordered pair (u, t) of n candidates, u != t: u can run
+    and has the lower key, ties to the lower index. Returns the pairs in index order (one
+    candidate: no pairs, and out's one entry is 0)."""
+    pairs = [(u, t) for t in range(n) for u in range(n) if u != t]
+    for idx, (u, t) in enumerate(pairs):
+        slack = 0.5 if u < t else -0.5
+        mb.threshold(out, idx, key(t) - key(u) + slack - big * (1.0 - runs(u)), 0.5)
+    if not pairs:
+        mb.threshold(out, 0, Lin({}, -0.5), 0.5)
+    return pairs
+
+
+def _winner_steps(mb: MLPBuilder, out, n: int, beats, pairs, runs) -> None:
+    """out[t] := t can run and no candidate beats it (exactly one winner when any can run)."""
+    for t in range(n):
+        lost = lsum(beats.bit(i) for i, (u, tt) in enumerate(pairs) if tt == t)
+        mb.threshold(out, t, runs(t) - lost - 0.5, 0.5)
+
+
+def _xor_terms(a: Lin, b: Lin) -> list:
+    """a XOR b of two 0/1 forms as two exclusive steps (for MLPBuilder.boolean)."""
+    return [(a - b - 0.5, 0.5, 1.0), (b - a - 0.5, 0.5, 1.0)]
+
+
 def _match(value: int, field, n: int) -> Lin:
     """+-1 agreement of the n low bits of value with a bits field (max n, any miss costs >= 2)."""
     return lsum((1.0 if value >> i & 1 else -1.0) * field.pm(i) for i in range(n))
@@ -302,8 +327,6 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
             m3.boolean(freeh[h], t, free_terms(t, Lin({}, 0.5), Lin({}, float(h))))
     m3.build()
 
-    pairs = [(u, t) for t in range(L) for u in range(L) if u != t]
-
     def runs(mode, t):
         return fields[mode, "below"].bit(t) + fields[mode, "after"].bit(t)
 
@@ -316,13 +339,9 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     m4 = MLPBuilder(c, "pick")
     for mode in ("run", "all"):
         beats[mode] = c.new_field(bits(f"beats_{mode}", L * (L - 1)))
-
-        def key(t, mode=mode):
-            return pcval(t) + 1024.0 * fields[mode, "below"].bit(t)
-
-        for idx, (u, t) in enumerate(pairs):
-            slack = 0.5 if u < t else -0.5
-            m4.threshold(beats[mode], idx, key(t) - key(u) + slack - BIG * (1.0 - runs(mode, u)), 0.5)
+        below = fields[mode, "below"]
+        pairs = _beats_steps(m4, beats[mode], L, lambda t, b=below: pcval(t) + 1024.0 * b.bit(t),
+                             lambda t, mode=mode: runs(mode, t), BIG)
     for t in range(L):
         m4.threshold(act, t, fields["run", "below"].bit(t) + fields["run", "atp"].bit(t) - 1.5, 0.5)
     n_alive = lsum(runs("all", t) for t in range(L))
@@ -351,12 +370,10 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     wrelease = c.new_field(dual("wrelease", 1))
     m5 = MLPBuilder(c, "winner")
     for mode in ("run", "all"):
-        for t in range(L):
-            lost = lsum(beats[mode].bit(i) for i, (u, tt) in enumerate(pairs) if tt == t)
-            m5.threshold(win[mode], t, runs(mode, t) - lost - 0.5, 0.5)
+        _winner_steps(m5, win[mode], L, beats[mode], pairs, lambda t, mode=mode: runs(mode, t))
     for k in range(G):
         m5.threshold(cand, k, lsum(act.bit(LANES * k + j) for j in range(LANES)) + 4.0 * later.bit(k) - 4.5, 0.5)
-    m5.boolean(nphase, 0, [(phase - release.bit(0) - 0.5, 0.5, 1.0), (release.bit(0) - phase - 0.5, 0.5, 1.0)])
+    m5.boolean(nphase, 0, _xor_terms(phase, release.bit(0)))
 
     def wterms(w, lin, mode):
         ex, dead = wexists.bit(w), wreads[w].bit(0)
@@ -381,7 +398,6 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     # the first candidate group; the warp pickers; the warp-level release
     nextpc = c.new_field(bits("nextpc", PCBITS - 1))
     nextg = c.new_field(dual("nextg", G))
-    wpairs = [(u, t) for t in range(NW) for u in range(NW) if u != t]
     wbeats = {mode: c.new_field(bits(f"wbeats_{mode}", max(1, NW * (NW - 1)))) for mode in ("run", "all")}
     rel = release.bit(0)
     m6 = MLPBuilder(c, "next")
@@ -394,22 +410,16 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     n_wall = lsum(wruns("all", w) for w in range(NW))
     m6.threshold(wrelease, 0, n_wall - (2.0 * NW) * n_wfree - 0.5, 0.5)
     for mode in ("run", "all"):
-        def wkey(t, mode=mode):
-            return float(t) + 64.0 * wf[mode, "below"].bit(t)
-        for idx, (u, t) in enumerate(wpairs):
-            slack = 0.5 if u < t else -0.5
-            m6.threshold(wbeats[mode], idx, wkey(t) - wkey(u) + slack - BIG * (1.0 - wruns(mode, u)), 0.5)
-        if not wpairs:
-            m6.threshold(wbeats[mode], 0, Lin({}, -0.5), 0.5)
+        wbelow = wf[mode, "below"]
+        wpairs = _beats_steps(m6, wbeats[mode], NW, lambda t, b=wbelow: float(t) + 64.0 * b.bit(t),
+                              lambda t, mode=mode: wruns(mode, t), BIG)
     m6.build()
 
     # L7 MLP: the warp winners; L8: the next warp and the phase after this step (several warps)
     wwin = {mode: c.new_field(dual(f"wwin_{mode}", NW)) for mode in ("run", "all")}
     m7 = MLPBuilder(c, "wwinner")
     for mode in ("run", "all"):
-        for t in range(NW):
-            lost = lsum(wbeats[mode].bit(i) for i, (u, tt) in enumerate(wpairs) if tt == t)
-            m7.threshold(wwin[mode], t, wruns(mode, t) - lost - 0.5, 0.5)
+        _winner_steps(m7, wwin[mode], NW, wbeats[mode], wpairs, lambda t, mode=mode: wruns(mode, t))
     m7.build()
     nextw = c.new_field(bits("nextw", WB))
     nwphase = c.new_field(bits("nwphase", 1))
@@ -418,7 +428,7 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     for i in range(WB):
         m8.boolean(nextw, i, [(wwin["run"].bit(t) - wrel - 0.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
                    + [(wwin["all"].bit(t) + wrel - 1.5, 0.5, 1.0) for t in range(NW) if t >> i & 1])
-    m8.boolean(nwphase, 0, [(phase - wrel - 0.5, 0.5, 1.0), (wrel - phase - 0.5, 0.5, 1.0)])
+    m8.boolean(nwphase, 0, _xor_terms(phase, wrel))
     m8.build()
 
     # ---- vocabulary -----------------------------------------------------------------------
@@ -513,9 +523,9 @@ def check_predictions(cu: ControlUnit, names: list[str], n_prompt: int, rows) ->
     return bad
 
 
-def fast_rows(cu: ControlUnit, ids):
-    """The logits after every token of ids from the fast executor (gpu_layers.craft.fast)."""
-    fm = cu.fast()
+def fast_rows(fm, ids):
+    """The logits after every token of ids from a fast executor (`unit.fast()`,
+    gpu_layers.craft.fast), fresh state: build the executor once and reuse it across streams."""
     st = fm.new_state()
     for t in ids:
         yield fm.step(st, int(t), logits=True)
