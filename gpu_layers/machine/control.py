@@ -53,6 +53,7 @@ Layers (as the scheduler places them for Qwen3.5-2B's shapes, 16 threads):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import ClassVar
 
 from gpu_layers.craft import blocks as B
@@ -192,6 +193,25 @@ def _match(value: int, field, n: int) -> Lin:
 def build_control_unit(config, threads: int = 16) -> ControlUnit:
     """Compile the control unit for a Qwen3.5 text config (or shapes dict) and blocks of up to
     `threads` threads (4 .. 32: one warp; 64 .. 256: several warps, round robin)."""
+    c = Circuit("control_v2")
+    f = control_layers(c, threads)
+    control_tokens(c, f)
+    for k in range(f.G):
+        for st in range(1 << (2 * LANES)):
+            issued, executed, _ = lane_masks(st)
+            name = tok_g(k, st)
+            c.token(name, kind=KINDS.index("g"), **g_inputs(f, k, issued, executed))
+            c.logit(name, g_logit(f, k, issued))
+    c.token("<d>", kind=KINDS.index("d"))
+    comp = compile_circuit(c, config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return ControlUnit(comp, ids, threads)
+
+
+def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleNamespace:
+    """The control unit's layers in circuit `c` (`kinds`: the token kinds of the circuit's one
+    `kind` input, a superset of KINDS); returns its fields (inputs, registers, the next step) for
+    the vocabulary and for a datapath built on top (gpu_layers.machine.core)."""
     if threads not in (4, 8, 16, 32, 64, 128, 256):
         raise ControlError("threads must be 4, 8, 16, 32, 64, 128 or 256")
     L = min(threads, 32)                  # lanes of a warp (one PC head each)
@@ -199,9 +219,8 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     G = L // LANES                        # lane groups of a warp
     WB = max(1, (NW - 1).bit_length())    # bits of a warp index
     TB = threads.bit_length()             # bits of a thread count <= threads
-    c = Circuit("control_v2")
-    kind = c.input(onehot("kind", len(KINDS)), default=KINDS.index("d"))
-    hot = {k: kind.hot(i) for i, k in enumerate(KINDS)}
+    kind = c.input(onehot("kind", len(kinds)), default=kinds.index("d"))
+    hot = {k: kind.hot(i) for i, k in enumerate(kinds)}
     nt_in = c.input(bits("nt_in", TB), default=0)             # <nt T>: T
     nb_in = c.input(bits("nb_in", BBITS + 1), default=0)      # <nb N>: N
     pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi W P H>: P mod 128
@@ -431,58 +450,69 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
     m8.boolean(nwphase, 0, _xor_terms(phase, wrel))
     m8.build()
 
-    # ---- vocabulary -----------------------------------------------------------------------
+    return SimpleNamespace(threads=threads, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
+                           pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
+                           issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
+                           nextw=nextw, nwphase=nwphase, nextpc=nextpc, nphase=nphase, sel=sel,
+                           nextg=nextg, act=act)
+
+
+def control_tokens(c: Circuit, f: SimpleNamespace) -> None:
+    """The prompt tokens and the control tokens except <g> (see g_inputs / g_logit) and <d>."""
+    K = f.kinds.index
+    hot, blkreg, last, nextw, nwphase = f.hot, f.blkreg, f.last, f.nextw, f.nwphase
+    nextpc, nphase, sel, isw, WB, NW, threads = f.nextpc, f.nphase, f.sel, f.isw, f.WB, f.NW, f.threads
     S = blkreg.present(0)                 # a block has started
-    R = anyrun.bit(0)                     # some thread of the block is alive
-    M = multi.bit(0)
+    R = f.anyrun.bit(0)                   # some thread of the block is alive
+    M = f.multi.bit(0)
     for T in range(1, threads + 1):
-        c.token(f"<nt {T}>", kind=KINDS.index("nt"), nt_in=T)
+        c.token(f"<nt {T}>", kind=K("nt"), nt_in=T)
     for n in range(1, MAX_BLOCKS + 1):
-        c.token(f"<nb {n}>", kind=KINDS.index("nb"), nb_in=n)
+        c.token(f"<nb {n}>", kind=K("nb"), nb_in=n)
     for p in range(MAX_PC):
-        c.token(f"<pa {p}>", kind=KINDS.index("pa"), pa_lo=p % 128, pa_hi=p // 128)
-    c.token("<pc plain>", kind=KINDS.index("pc"), cw=0)
-    c.token("<pc exit>", kind=KINDS.index("pc"), cw=2)
-    c.token("<pc bar>", kind=KINDS.index("pc"), cw=4)
+        c.token(f"<pa {p}>", kind=K("pa"), pa_lo=p % 128, pa_hi=p // 128)
+    c.token("<pc plain>", kind=K("pc"), cw=0)
+    c.token("<pc exit>", kind=K("pc"), cw=2)
+    c.token("<pc bar>", kind=K("pc"), cw=4)
     for p in range(MAX_PC):
-        c.token(f"<pc bra {p}>", kind=KINDS.index("pc"), cw=1, tgt=p)
+        c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
     for b in range(MAX_BLOCKS):
         name = f"<blk {b}>"
-        c.token(name, kind=KINDS.index("blk"), nb1=b + 1)
+        c.token(name, kind=K("blk"), nb1=b + 1)
         match = lsum((1.0 if b >> i & 1 else -1.0) * (2.0 * blkreg.bit(i) - 1.0) for i in range(BBITS + 1))
         lg = 100.0 * S + 50.0 * (1.0 - R) + 10.0 * (1.0 - last.bit(0)) + match
         if b == 0:
             lg = lg + 100.0 * (1.0 - S)
         c.logit(name, lg)
-    c.token("<halt>", kind=KINDS.index("halt"))
+    c.token("<halt>", kind=K("halt"))
     c.logit("<halt>", 100.0 * S + 50.0 * (1.0 - R) + 10.0 * last.bit(0) + float(BBITS + 1))
     for w in range(NW):
         for h in (0, 1):
             name = f"<w {w} {h}>"
-            c.token(name, kind=KINDS.index("w"), ww=w, ph=h)
+            c.token(name, kind=K("w"), ww=w, ph=h)
             c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * M - 30.0 * isw + _match(w, nextw, WB)
                     + (1.0 if h else -1.0) * nwphase.pm(0))
         for p in range(MAX_PC):
             for h in (0, 1):
                 name = f"<wi {w} {p} {h}>"
-                c.token(name, kind=KINDS.index("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h,
+                c.token(name, kind=K("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h,
                         ww=w, ww1=w + 1)
                 c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * (1.0 - M) + 30.0 * isw
                         + _match(p, nextpc, PCBITS - 1) + (1.0 if h else -1.0) * nphase.pm(0)
                         + _match(w, sel, WB))
-    for k in range(G):
-        for st in range(1 << (2 * LANES)):
-            issued, executed, _ = lane_masks(st)
-            name = tok_g(k, st)
-            we = sum(((issued >> j) & 1) << (LANES * k + j) for j in range(LANES))
-            c.token(name, kind=KINDS.index("g"), gk1=k + 1, gwe=we, gex=executed)
-            match = lsum((1.0 if (issued >> j) & 1 else -1.0) * (2.0 * act.bit(LANES * k + j) - 1.0)
-                         for j in range(LANES))
-            c.logit(name, 20.0 * nextg.bit(k) + match)
-    c.token("<d>", kind=KINDS.index("d"))
-    comp = compile_circuit(c, config)
-    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
-    return ControlUnit(comp, ids, threads)
+
+
+def g_inputs(f: SimpleNamespace, k: int, issued: int, executed: int) -> dict:
+    """The control inputs a <g K ..> token's embedding sets (group K, issued and executed lanes)."""
+    we = sum(((issued >> j) & 1) << (LANES * k + j) for j in range(LANES))
+    return dict(gk1=k + 1, gwe=we, gex=executed)
+
+
+def g_logit(f: SimpleNamespace, k: int, issued: int) -> Lin:
+    """The control part of a <g K ..> token's logit: group K is next, its issued lanes match."""
+    match = lsum((1.0 if (issued >> j) & 1 else -1.0) * (2.0 * f.act.bit(LANES * k + j) - 1.0)
+                 for j in range(LANES))
+    return 20.0 * f.nextg.bit(k) + match
 
 
 def control_stream(cu: ControlUnit, kernel, grid, block, args, dynamic_shared_bytes=0,

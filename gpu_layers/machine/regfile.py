@@ -73,6 +73,7 @@ Layers (as the scheduler places them for Qwen3.5-2B's shapes; 16 heads, one cons
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import ClassVar
 
 from gpu_layers.craft import blocks as B
@@ -251,12 +252,70 @@ def build_regfile(config) -> RegfileMachine:
         raise RegfileError(f"the register file v1 needs key heads of >= {SLOTS} slots, value heads of "
                            f">= {2 * WBITS} dims and 16 heads per layer (Qwen3.5-2B's shapes); got "
                            f"{s.linear_key_head_dim}, {s.linear_value_head_dim}, {s.linear_num_key_heads}")
-    banks = PCS // BANK
     c = Circuit("regfile_v1")
     kind = c.input(onehot("kind", len(KINDS)))
     hot = {k: kind.hot(i) for i, k in enumerate(KINDS)}
     pa_lo = c.input(bits("pa_lo", 7), default=0)          # <pa P> / <wi 0 P>: P mod 128
     pa_hi = c.input(bits("pa_hi", 2), default=0)          # ... P // 128
+    f = regfile_layers(c, hot, pa_lo, pa_hi)
+
+    # ---- L3 mixer: the register file, per lane, slot 32 K + R (write-only) ---------------------
+    B.memory(c, RF_PORT, SLOTS, WBITS, f.rf_addr, None, f.rf_data, we=f.rf_we, blank=f.rf_blank,
+             reset=hot["blk"], lanes=LANES, read=False)
+
+    # ---- vocabulary ----------------------------------------------------------------------------
+    K = KINDS.index
+    for p in range(PCS):
+        c.token(f"<pa {p}>", kind=K("pa"), pa_lo=p % BANK, pa_hi=p // BANK)
+    for name, inputs in pd_tokens():
+        c.token(name, kind=K("pd"), **inputs)
+    for b in range(MAX_BLOCKS):
+        c.token(f"<blk {b}>", kind=K("blk"))
+    for p in range(PCS):
+        c.token(f"<wi 0 {p}>", kind=K("wi"), pa_lo=p % BANK, pa_hi=p // BANK)
+    for k in range(GROUPS):
+        for code in range(4 ** LANES):
+            lanes = [(code >> (2 * j)) & 3 for j in range(LANES)]
+            for sf in (0, 1):
+                c.token(tok_g(k, lanes, sf), kind=K("g"), **g_inputs(k, lanes, sf))
+    for j in range(LANES):
+        for ch in range(CHUNKS):
+            for x in range(1 << chunk_bits(ch)):
+                c.token(tok_d(j, ch, x), kind=K("d"), **d_inputs(j, ch, x))
+    c.token(END, kind=K("end"))
+    comp = compile_circuit(c, config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return RegfileMachine(comp, ids)
+
+
+def pd_tokens():
+    """(name, inputs) of the <pd> prompt tokens."""
+    yield tok_pd(None), {}
+    for r in range(REGS):
+        for w in WIDTHS:
+            yield tok_pd(r, w), dict(preg=r, pwf=1)
+
+
+def g_inputs(k: int, lanes: list[int], sf: int) -> dict:
+    """The register file's inputs of a <g K ..> token; lanes[j]: 0 not executed, 1 executed,
+    2 predicate true, 3 undefined."""
+    e = sum(int(st > 0) << j for j, st in enumerate(lanes))
+    u = sum(int(st == 3) << j for j, st in enumerate(lanes))
+    return dict(gk=k, ge=e, gu=u, gsf=sf, **{f"b0_{j}": int(lanes[j] == 2) for j in range(LANES)})
+
+
+def d_inputs(j: int, ch: int, x: int) -> dict:
+    """The register file's inputs of a <d J C X> token."""
+    return dict(dsel=CHUNKS * j + ch, xb0=x & 1, xm8=(x >> 1) & 255, x9=(x >> 9) & 1, x10=(x >> 10) & 1,
+                **{f"b0_{jj}": x & 1 for jj in range(LANES)})
+
+
+def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
+    """The write-back commit's layers in circuit `c` (`hot`: {kind: 0/1 Lin} for the kinds pa, pd,
+    blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs). Returns the
+    register file's write port (rf_addr, rf_data per lane, rf_we, rf_blank) for the caller's
+    register-file memories, and the group registers."""
+    banks = PCS // BANK
     preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
     pwf = c.input(bits("pwf", 1), default=0)              # <pd R bW>: 1 (writes a register)
     gk = c.input(bits("gk", 2), default=0)                # <g K ..>: K
@@ -352,37 +411,7 @@ def build_regfile(config) -> RegfileMachine:
         mc.threshold(rf_blank, j, gs_x.bit(2 + LANES + j) - 0.5, 0.5)
     mc.build()
 
-    # ---- L3 mixer: the register file, per lane, slot 32 K + R (write-only) ---------------------
-    B.memory(c, RF_PORT, SLOTS, WBITS, rf_addr, None, [chunks[j] for j in range(LANES)],
-             we=[rf_we.bit(j) for j in range(LANES)], blank=[rf_blank.bit(j) for j in range(LANES)],
-             reset=hot["blk"], lanes=LANES, read=False)
-
-    # ---- vocabulary ----------------------------------------------------------------------------
-    K = KINDS.index
-    for p in range(PCS):
-        c.token(f"<pa {p}>", kind=K("pa"), pa_lo=p % BANK, pa_hi=p // BANK)
-    c.token(tok_pd(None), kind=K("pd"))
-    for r in range(REGS):
-        for w in WIDTHS:
-            c.token(tok_pd(r, w), kind=K("pd"), preg=r, pwf=1)
-    for b in range(MAX_BLOCKS):
-        c.token(f"<blk {b}>", kind=K("blk"))
-    for p in range(PCS):
-        c.token(f"<wi 0 {p}>", kind=K("wi"), pa_lo=p % BANK, pa_hi=p // BANK)
-    for k in range(GROUPS):
-        for code in range(4 ** LANES):
-            lanes = [(code >> (2 * j)) & 3 for j in range(LANES)]
-            e = sum(int(st > 0) << j for j, st in enumerate(lanes))
-            u = sum(int(st == 3) << j for j, st in enumerate(lanes))
-            for sf in (0, 1):
-                c.token(tok_g(k, lanes, sf), kind=K("g"), gk=k, ge=e, gu=u, gsf=sf,
-                        **{f"b0_{j}": int(lanes[j] == 2) for j in range(LANES)})
-    for j in range(LANES):
-        for ch in range(CHUNKS):
-            for x in range(1 << chunk_bits(ch)):
-                c.token(tok_d(j, ch, x), kind=K("d"), dsel=CHUNKS * j + ch, xb0=x & 1, xm8=(x >> 1) & 255,
-                        x9=(x >> 9) & 1, x10=(x >> 10) & 1, **{f"b0_{jj}": x & 1 for jj in range(LANES)})
-    c.token(END, kind=K("end"))
-    comp = compile_circuit(c, config)
-    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
-    return RegfileMachine(comp, ids)
+    return SimpleNamespace(rf_addr=rf_addr, rf_data=[chunks[j] for j in range(LANES)],
+                           rf_we=[rf_we.bit(j) for j in range(LANES)],
+                           rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
+                           cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel)
