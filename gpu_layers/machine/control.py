@@ -454,11 +454,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
                            pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
                            issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
                            nextw=nextw, nwphase=nwphase, nextpc=nextpc, nphase=nphase, sel=sel,
-                           nextg=nextg, act=act)
+                           nextg=nextg, act=act, cand=cand)
 
 
-def control_tokens(c: Circuit, f: SimpleNamespace) -> None:
-    """The prompt tokens and the control tokens except <g> (see g_inputs / g_logit) and <d>."""
+def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> None:
+    """The prompt tokens and the control tokens except <g> (see g_inputs / g_logit) and <d>;
+    blk_inputs(b): more inputs of the <blk b> token (a datapath's)."""
     K = f.kinds.index
     hot, blkreg, last, nextw, nwphase = f.hot, f.blkreg, f.last, f.nextw, f.nwphase
     nextpc, nphase, sel, isw, WB, NW, threads = f.nextpc, f.nphase, f.sel, f.isw, f.WB, f.NW, f.threads
@@ -478,7 +479,7 @@ def control_tokens(c: Circuit, f: SimpleNamespace) -> None:
         c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
     for b in range(MAX_BLOCKS):
         name = f"<blk {b}>"
-        c.token(name, kind=K("blk"), nb1=b + 1)
+        c.token(name, kind=K("blk"), nb1=b + 1, **blk_inputs(b))
         match = lsum((1.0 if b >> i & 1 else -1.0) * (2.0 * blkreg.bit(i) - 1.0) for i in range(BBITS + 1))
         lg = 100.0 * S + 50.0 * (1.0 - R) + 10.0 * (1.0 - last.bit(0)) + match
         if b == 0:

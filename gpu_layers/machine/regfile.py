@@ -414,4 +414,5 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
     return SimpleNamespace(rf_addr=rf_addr, rf_data=[chunks[j] for j in range(LANES)],
                            rf_we=[rf_we.bit(j) for j in range(LANES)],
                            rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
-                           cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel)
+                           cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel, addr_lo=addr_lo,
+                           addr_hi=addr_hi)

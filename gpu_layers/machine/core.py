@@ -1,0 +1,436 @@
+"""The machine core v0: control unit, register file, operand fetch, ALU and emitter in one circuit.
+
+The model predicts the whole trace of an integer kernel's ALU work itself: every control token
+(gpu_layers.machine.control), every `<g K L U S>` in full (which lanes executed: the guard read
+from the register file; predicate results: the ALU's; undefined lanes: the interpreter's poison
+rules; S: every executed lane writes the same value) and every `<d>` token of an instruction the
+ALU computes. Loads, stores and atomics need the memory unit (not built yet): for those the `<d>`
+tokens and the value-dependent parts of `<g>` are given (teacher forcing) and `check_core` does
+not count them (it says how many it skipped).
+
+Where a step executes (docs/machine.md section 2): group K' of an issue executes at the position
+that predicts its `<g K' ..>` token, i.e. at the issue's `<wi>` or at the previous group's last
+token. There the control unit's candidate groups name K' (an MLP stage turns them into the
+register file's read address 32 K' + slot), three read ports per lane (operand a, operand b,
+the predicate q: the guard or selp's p) read the register file, the ALU of each lane computes,
+and the results go into a latch (slot K'). The `<g>` token carries the executed lanes and the
+predicate results down; the `<d>` tokens carry the value down (the register file commits them,
+gpu_layers.machine.regfile). At `<g K>` and each `<d>` the emitter reads the latch at K and
+picks the next nonzero chunk after the current one.
+
+Operands are linear in what the layers read, so no stage selects them: a register read is gated
+by its read enable (0 when the operand is not a register), the instruction's immediate and the
+special registers (%tid.x = 4 K' + lane, %ctaid.x) are gated by an MLP stage that runs in the
+same layer as the control unit's last one.
+
+Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the fields):
+
+  <pa P> <pc ..> <pd ..>   control word, destination (the control unit, the register file)
+  <po OP wW DST>           ALU operation (alu.ALU_OPS) and width; DST none | pred | data;
+  <po none>                not an ALU instruction (memory, control)
+  <ps A B>                 operand codes: register slot 0..31, none, imm, tid, ctaid
+  <pq Q G N> / <pq none>   the predicate register read (slot Q), G = 1: it is the guard, N: negated
+  <pi C X>                 chunk C (11 bits) of the immediate (zero chunks absent)
+  <pe>                     the instruction's fields are complete: commits the immediate
+
+Scope v0: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer
+ALU work; the dump of output buffers is the memory unit's (the stream ends with <halt>).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gpu_layers.craft import blocks as B
+from gpu_layers.craft.assemble import compile_circuit
+from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, PRED_OPS, alu
+from gpu_layers.craft.blocks.base import MLPBuilder
+from gpu_layers.craft.circuit import Circuit
+from gpu_layers.craft.fields import Lin, bits, dual, lsum, onehot
+from gpu_layers.craft.machine_model import CompiledCircuit
+from gpu_layers.errors import QwenGPUError
+from gpu_layers.machine import control as C
+from gpu_layers.machine import regfile as R
+from gpu_layers.machine.protocol import lane_masks
+
+LANES, GROUPS, THREADS = R.LANES, R.GROUPS, R.THREADS
+PCS = R.PCS
+KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt")
+SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
+SRC_NAMES = {SRC_NONE: "none", SRC_IMM: "imm", SRC_TID: "tid", SRC_CTAID: "ctaid"}
+MODES = ("prop", "select", "and", "or")      # the interpreter's poison rules an ALU op can have
+DSTS = ("none", "pred", "data")
+# po word: op one-hot (36), width one-hot (3), mode one-hot (4), or-threshold (7 bits), dst (2)
+PO_OP, PO_W, PO_MODE, PO_ORW, PO_DST = 0, len(ALU_OPS), len(ALU_OPS) + 3, len(ALU_OPS) + 7, len(ALU_OPS) + 14
+PO_BITS = PO_DST + 2
+# ps word: slot a (5), slot b (5), a: reg imm tid ctaid, b: reg imm
+PS_BITS = 16
+# pq word: slot (5), read, guard, negated
+PQ_BITS = 8
+IMM_CHUNKS = 6
+BIGM = 100.0
+
+
+class CoreError(QwenGPUError, ValueError):
+    """A kernel, program or stream outside what the machine core v0 runs."""
+
+
+def _src_name(code: int) -> str:
+    return SRC_NAMES.get(code, str(code))
+
+
+def tok_po(op: str | None, width: int = 32, dst: str = "none") -> str:
+    return "<po none>" if op is None else f"<po {op} w{width} {dst}>"
+
+
+def tok_ps(a: int, b: int) -> str:
+    return f"<ps {_src_name(a)} {_src_name(b)}>"
+
+
+def tok_pq(q: int | None, guard: bool = False, neg: bool = False) -> str:
+    return "<pq none>" if q is None else f"<pq {q} {int(guard)} {int(neg)}>"
+
+
+def tok_g(k: int, states: int, u: int, s: int) -> str:
+    """The protocol's <g K L U S> (L: 2 bits per lane, lane 3 first as in `describe`)."""
+    return f"<g {k} " + " ".join(str((states >> (2 * j)) & 3) for j in reversed(range(LANES))) + f" {u:04b} {s}>"
+
+
+def tok_d(j: int, c: int, x: int) -> str:
+    return f"<d {j} {c} {x:03x}>"
+
+
+def mode_of(op: str) -> str:
+    return {"selp": "select", "and": "and", "or": "or", "pand": "and", "por": "or"}.get(op, "prop")
+
+
+class _Word:
+    """A 64-bit operand as linear forms (duck-types a Field for the ALU: .n, .bit, .name)."""
+
+    def __init__(self, name: str, lins: list):
+        self.name, self.n, self._l = name, len(lins), lins
+
+    def bit(self, i: int) -> Lin:
+        return self._l[i]
+
+
+class _OneHot:
+    """A one-hot code read from the program (duck-types an onehot Field: .enc, .n, .hot, .name)."""
+
+    enc = "onehot"
+
+    def __init__(self, name: str, lins: list):
+        self.name, self.n, self._l = name, len(lins), lins
+
+    def hot(self, k: int) -> Lin:
+        return self._l[k]
+
+
+@dataclass
+class Core(CompiledCircuit):
+    label: ClassVar[str] = "the machine core v0"
+    token_error: ClassVar[type] = CoreError
+
+
+def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
+    """Exclusive steps [group k is the first candidate (and extra)] for k in ks."""
+    out = []
+    for k in ks:
+        t = cand.bit(k) - lsum(cand.bit(kk) for kk in range(k)) - 0.5
+        if extra is not None:
+            t = t + extra - need
+        out.append((t, 0.5, 1.0))
+    return out
+
+
+def build_core(config) -> Core:
+    """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's)."""
+    c = Circuit("core_v0")
+    f = C.control_layers(c, THREADS, KINDS)
+    hot = dict(f.hot)
+    hot["end"] = hot["halt"]
+    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi)
+    G = f.G
+
+    # ---- prompt inputs and the program's datapath fields ----------------------------------------
+    po_in = c.input(bits("po_in", PO_BITS), default=0)
+    ps_in = c.input(bits("ps_in", PS_BITS), default=0)
+    pq_in = c.input(bits("pq_in", PQ_BITS), default=0)
+    pic = c.input(onehot("pic", IMM_CHUNKS + 1), default=IMM_CHUNKS)      # <pi C X>: C
+    pix9 = c.input(bits("pix9", 9), default=0)                             # <pi C X>: X bits 0..8
+    pix2 = c.input(bits("pix2", 2), default=0)                             # ... bits 9, 10
+    blkb = c.input(bits("blkb", C.BBITS), default=0)                       # <blk B>: B
+    waddr, raddr = (r.addr_lo, r.addr_hi), (r.cinst_lo, r.cinst_hi)
+    ibuf = [B.memory(c, f"ibuf{k}", 1, R.chunk_bits(k), 0, 0,
+                     [[pix9, pix2] if R.chunk_bits(k) == R.PAYLOAD else [pix9]],
+                     we=hot["pi"] + pic.hot(k) - 1.0, reset=hot["pa"]).outputs[0] for k in range(IMM_CHUNKS)]
+    po = B.banked_memory(c, "po", PCS, PO_BITS, waddr, raddr, po_in, we=hot["po"]).outputs[0]
+    ps = B.banked_memory(c, "ps", PCS, PS_BITS, waddr, raddr, ps_in, we=hot["ps"]).outputs[0]
+    pq = B.banked_memory(c, "pq", PCS, PQ_BITS, waddr, raddr, pq_in, we=hot["pq"]).outputs[0]
+    imm = B.banked_memory(c, "imm", PCS, 64, waddr, raddr, ibuf, we=hot["pe"]).outputs[0]
+    ctaid = B.memory(c, "ctaid", 1, C.BBITS, 0, 0, blkb, we=hot["blk"]).outputs[0]
+    a_reg, a_imm, a_tid, a_cta, b_reg, b_imm = (ps.bit(10 + i) for i in range(6))
+    q_reg, q_guard, q_neg = pq.bit(5), pq.bit(6), pq.bit(7)
+    opv = _OneHot("op", [po.bit(PO_OP + k) for k in range(len(ALU_OPS))])
+    wv = _OneHot("width", [po.bit(PO_W + k) for k in range(3)])
+    mode = {m: po.bit(PO_MODE + i) for i, m in enumerate(MODES)}
+    orw = lsum((1 << i) * po.bit(PO_ORW + i) for i in range(7))
+    dst_pred, dst_data = po.bit(PO_DST), po.bit(PO_DST + 1)
+
+    # ---- the executing group K' (the control unit's first candidate): read addresses, issued
+    # lanes, the gated immediate and special registers ---------------------------------------------
+    cand, act = f.cand, f.act
+    nk = c.new_field(bits("nk", 2))
+    has_next = c.new_field(dual("has_next", 1))
+    ra = {p: c.new_field(bits(f"ra_{p}", 7)) for p in "abq"}
+    iss = c.new_field(dual("iss", LANES))
+    imm_a = c.new_field(dual("imm_a", 64))
+    imm_b = c.new_field(dual("imm_b", 64))
+    tidk = c.new_field(dual("tidk", 2))
+    cta = c.new_field(dual("cta", C.BBITS))
+    ren = {p: c.new_field(dual(f"re_{p}", 1)) for p in "abq"}       # read enables (exact-zero rails)
+    m = MLPBuilder(c, "execute_group")
+    for p, flag in (("a", a_reg), ("b", b_reg), ("q", q_reg)):
+        m.threshold(ren[p], 0, flag - 0.5, 0.5)
+    for i in range(2):
+        ks = [k for k in range(G) if (k >> i) & 1]
+        m.boolean(nk, i, _first_terms(cand, G, ks))
+        m.boolean(tidk, i, _first_terms(cand, G, ks, 2.0 * a_tid, 2.0))
+        for p in "abq":
+            m.boolean(ra[p], 5 + i, _first_terms(cand, G, ks))
+    m.threshold(has_next, 0, lsum(cand.bit(k) for k in range(G)) + 4.0 * f.issue.present(0) - 4.5, 0.5)
+    for p, base in (("a", 0), ("b", 5), ("q", None)):
+        for i in range(5):
+            m.threshold(ra[p], i, (pq.bit(i) if base is None else ps.bit(base + i)) - 0.5, 0.5)
+    for j in range(LANES):
+        m.boolean(iss, j, [(t + act.bit(LANES * k + j) - 1.0, mg, w)
+                           for k, (t, mg, w) in enumerate(_first_terms(cand, G, range(G)))])
+    for i in range(64):
+        m.threshold(imm_a, i, imm.bit(i) + a_imm - 1.5, 0.5)
+        m.threshold(imm_b, i, imm.bit(i) + b_imm - 1.5, 0.5)
+    for i in range(C.BBITS):
+        m.threshold(cta, i, ctaid.bit(i) + a_cta - 1.5, 0.5)
+    m.build()
+
+    # ---- operand fetch: three read ports per lane on copies of the register file ---------------
+    def port(name, addr, wbits, data, re):
+        return B.memory(c, name, R.SLOTS, wbits, r.rf_addr, addr, data, we=r.rf_we, blank=r.rf_blank,
+                        reset=hot["blk"], lanes=LANES, re=re).outputs
+
+    rfa = port("rfa", ra["a"], R.WBITS, r.rf_data, ren["a"].flag())
+    rfb = port("rfb", ra["b"], R.WBITS, r.rf_data, ren["b"].flag())
+    rfq = port("rfq", ra["q"], R.PAYLOAD, [d[0] for d in r.rf_data], ren["q"].flag())
+
+    A, Bw, P = [], [], []
+    for j in range(LANES):
+        la = []
+        for i in range(64):
+            t = rfa[j].bit(i) + imm_a.bit(i)
+            if i < 2 and (j >> i) & 1:
+                t = t + a_tid
+            if 2 <= i < 4:
+                t = t + tidk.bit(i - 2)
+            if i < C.BBITS:
+                t = t + cta.bit(i)
+            la.append(t)
+        A.append(_Word(f"a{j}", la))
+        Bw.append(_Word(f"b{j}", [rfb[j].bit(i) + imm_b.bit(i) for i in range(64)]))
+        P.append(_Word(f"p{j}", [rfq[j].bit(0)]))
+
+    # ---- executed lanes and undefined results (the interpreter's poison rules) ------------------
+    ex = c.new_field(dual("ex", LANES))
+    und = c.new_field(dual("und", LANES))
+    wl = orw
+    m = MLPBuilder(c, "exec_poison")
+    for j in range(LANES):
+        qv = rfq[j].bit(0)
+        m.boolean(ex, j, [(iss.bit(j) - q_guard - 0.5, 0.5, 1.0),
+                          (iss.bit(j) + q_guard + qv - q_neg - 2.5, 0.5, 1.0),
+                          (iss.bit(j) + q_guard - qv + q_neg - 2.5, 0.5, 1.0)])
+        pa = a_reg - rfa[j].present(0)
+        pb = b_reg - rfb[j].present(0)
+        pqp = q_reg - rfq[j].present(0)
+        # executed: the same three exclusive guard cases, folded into one 0/1 form per term
+        exl = [iss.bit(j) - q_guard, iss.bit(j) + q_guard + qv - q_neg - 2.0,
+               iss.bit(j) + q_guard - qv + q_neg - 2.0]
+        sa = lsum(A[j].bit(i) for i in range(64))
+        sb = lsum(Bw[j].bit(i) for i in range(64))
+        terms = []
+        for e in exl:
+            terms += [(BIGM * (mode["prop"] + e + pa) - 3 * BIGM + 0.5, 0.5, 1.0),
+                      (BIGM * (mode["prop"] + e + pb - pa) - 3 * BIGM + 0.5, 0.5, 1.0),
+                      (BIGM * (mode["select"] + e + pqp) - 3 * BIGM + 0.5, 0.5, 1.0),
+                      (BIGM * (mode["select"] + e - pqp + qv + pa) - 4 * BIGM + 0.5, 0.5, 1.0),
+                      (BIGM * (mode["select"] + e - pqp - qv + pb) - 3 * BIGM + 0.5, 0.5, 1.0),
+                      (BIGM * (mode["and"] + e + pa) + pb + sb - 3 * BIGM - 0.5, 0.5, 1.0),
+                      (BIGM * (mode["and"] + e + pb - pa) + sa - 3 * BIGM - 0.5, 0.5, 1.0),
+                      (10 * BIGM * (mode["or"] + e + pa) + wl - sb - 30 * BIGM - 0.5, 0.5, 1.0),
+                      (10 * BIGM * (mode["or"] + e + pb - pa) + wl - sa - 30 * BIGM - 0.5, 0.5, 1.0)]
+        m.boolean(und, j, terms)
+    m.build()
+
+    # ---- the ALU of each lane -------------------------------------------------------------------
+    res, qres = [], []
+    for j in range(LANES):
+        blk = alu(c, opv, wv, A[j], Bw[j], P[j], name=f"alu{j}", enc="dual")
+        res.append(blk.outputs[0])
+        qres.append(blk.outputs[1])
+
+    # ---- the group's <g> data: written values, predicate results, S ---------------------------
+    ev = c.new_field(dual("ev", LANES * 64))      # executed, defined, writes data: the value's bits
+    pv = c.new_field(dual("pv", LANES))
+    nx = c.new_field(dual("nx", 1))               # two or more lanes executed and it writes data
+    m = MLPBuilder(c, "group_values")
+    for j in range(LANES):
+        keep = ex.bit(j) - und.bit(j) + dst_data
+        for i in range(64):
+            m.threshold(ev, LANES * 0 + 64 * j + i, keep + res[j].bit(i) - 2.5, 0.5)
+        m.boolean(pv, j, [(ex.bit(j) - und.bit(j) + qres[j].bit(0) - 1.5, 0.5, 1.0),
+                          (ex.bit(j) - und.bit(j) + dst_pred + res[j].bit(0) - qres[j].bit(0) - 2.5, 0.5, 1.0)])
+    nexec = lsum(ex.bit(j) for j in range(LANES))
+    m.threshold(nx, 0, nexec + 2.0 * dst_data - 3.5, 0.5)
+    m.build()
+    dis = c.new_field(dual("dis", 64))
+    m = MLPBuilder(c, "disagree")
+    for i in range(64):
+        ones = lsum(ev.bit(64 * j + i) for j in range(LANES))
+        m.boolean(dis, i, [(ones - 0.5, 0.5, 1.0), (ones - nexec + 0.5 - BIGM * (1.0 - nx.bit(0)), 0.5, -1.0)])
+    m.build()
+    same = c.new_field(dual("same", 1))
+    m = MLPBuilder(c, "same")
+    m.threshold(same, 0, BIGM * nx.bit(0) - lsum(dis.bit(i) for i in range(64)) - BIGM + 0.5, 0.5)
+    m.build()
+
+    # ---- the latch (slot K') and the emitter (at <g K> and <d>) ----------------------------------
+    latch = B.memory(c, "latch", GROUPS, 64, nk, r.ck, res, we=has_next.bit(0), reset=hot["blk"],
+                     lanes=LANES).outputs
+    gcur = B.memory(c, "gcur", 1, 2 * LANES + 1, 0, 0, [[_input(c, "ge"), _input(c, "gu"), _input(c, "gsf")]],
+                    we=hot["g"], reset=hot["blk"]).outputs[0]
+    E = [gcur.bit(j) - gcur.bit(LANES + j) for j in range(LANES)]
+    S = gcur.bit(2 * LANES)
+    at = hot["g"] + hot["d"]
+    dsel = r.dsel
+    NS = LANES * R.CHUNKS
+
+    def after(s):                 # the current <d>'s (J, C) comes before emission slot s (or <g>)
+        return dsel.hot(NS) + lsum(dsel.hot(t) for t in range(s))
+
+    def vbits(j, ch):
+        return [latch[j].bit(R.PAYLOAD * ch + b) for b in range(R.chunk_bits(ch))]
+
+    def first(j):
+        return E[j] - lsum(E[jj] for jj in range(j))
+
+    flag = c.new_field(dual("flag", 2 * NS))      # [0, NS): S = 0 slots; [NS, 2 NS): S = 1 (lane j first)
+    m = MLPBuilder(c, "emit_flags")
+    for j in range(LANES):
+        for ch in range(R.CHUNKS):
+            s = R.CHUNKS * j + ch
+            nz = lsum(vbits(j, ch))
+            m.threshold(flag, s, BIGM * (at + (1.0 - S) + E[j] + after(s)) + nz - 4 * BIGM - 0.5, 0.5)
+            m.threshold(flag, NS + s, BIGM * (at + S + first(j) + after(ch)) + nz - 4 * BIGM - 0.5, 0.5)
+    m.build()
+
+    def F(s):                     # emission slot s is possible
+        if s >= R.CHUNKS:
+            return flag.bit(s)
+        return flag.bit(s) + lsum(flag.bit(NS + R.CHUNKS * j + s) for j in range(LANES))
+
+    sel = c.new_field(dual("sel", NS))
+    more = c.new_field(dual("more", 1))
+    m = MLPBuilder(c, "emit_pick")
+    for s in range(NS):
+        m.threshold(sel, s, F(s) - lsum(F(t) for t in range(s)) - 0.5, 0.5)
+    m.threshold(more, 0, lsum(F(s) for s in range(NS)) - 0.5, 0.5)
+    m.build()
+    xo = c.new_field(dual("xo", R.PAYLOAD))
+    m = MLPBuilder(c, "emit_bits")
+    for b in range(R.PAYLOAD):
+        terms = []
+        for j in range(LANES):
+            for ch in range(R.CHUNKS):
+                if b >= R.chunk_bits(ch):
+                    continue
+                s = R.CHUNKS * j + ch
+                v = latch[j].bit(R.PAYLOAD * ch + b)
+                terms.append((sel.bit(s) + v + (1.0 - S) - 2.5, 0.5, 1.0))
+                terms.append((sel.bit(ch) + v + S + first(j) - 3.5, 0.5, 1.0))
+        m.boolean(xo, b, terms)
+    m.build()
+
+    # ---- vocabulary -----------------------------------------------------------------------------
+    K = KINDS.index
+    C.control_tokens(c, f, blk_inputs=lambda b: dict(blkb=b))
+    for name, inputs in R.pd_tokens():
+        c.token(name, kind=K("pd"), **inputs)
+    c.token(tok_po(None), kind=K("po"))
+    for op in ALU_OPS:
+        for wi, w in enumerate(ALU_WIDTHS):
+            for di, dst in enumerate(DSTS):
+                md = mode_of(op)
+                ow = 1 if op in PRED_OPS or dst == "pred" else w
+                word = (1 << (PO_OP + ALU_OPS.index(op))) | (1 << (PO_W + wi)) | (1 << (PO_MODE + MODES.index(md)))
+                word |= ow << PO_ORW
+                if di:
+                    word |= 1 << (PO_DST + di - 1)
+                c.token(tok_po(op, w, dst), kind=K("po"), po_in=word)
+    codes = list(range(32)) + [SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID]
+    for a in codes:
+        for b in codes:
+            if b in (SRC_TID, SRC_CTAID) or (a == SRC_IMM and b == SRC_IMM):
+                continue
+            word = (a & 31 if a < 32 else 0) | ((b & 31 if b < 32 else 0) << 5)
+            flags = [a < 32, a == SRC_IMM, a == SRC_TID, a == SRC_CTAID, b < 32, b == SRC_IMM]
+            word |= sum(int(x) << (10 + i) for i, x in enumerate(flags))
+            c.token(tok_ps(a, b), kind=K("ps"), ps_in=word)
+    c.token(tok_pq(None), kind=K("pq"))
+    for q in range(32):
+        for g in (0, 1):
+            for n in (0, 1):
+                if n and not g:
+                    continue
+                c.token(tok_pq(q, bool(g), bool(n)), kind=K("pq"), pq_in=q | 32 | (g << 6) | (n << 7))
+    for k in range(IMM_CHUNKS):
+        for x in range(1, 1 << R.chunk_bits(k)):
+            c.token(f"<pi {k} {x:03x}>", kind=K("pi"), pic=k, pix9=x & 511, pix2=x >> 9)
+    c.token("<pe>", kind=K("pe"))
+    step = 1000.0 * has_next.bit(0)
+    for k in range(G):
+        for code in range(4 ** LANES):
+            issued, executed, preds = lane_masks(code)
+            if preds & ~executed & 15:
+                continue
+            for u in range(16):
+                if u & ~executed:
+                    continue
+                for sf in (0, 1):
+                    name = tok_g(k, code, u, sf)
+                    lanes_rf = [3 if (u >> j) & 1 else 2 if (preds >> j) & 1 else 1 if (executed >> j) & 1 else 0
+                                for j in range(LANES)]
+                    c.token(name, kind=K("g"), **C.g_inputs(f, k, issued, executed),
+                            **R.g_inputs(k, lanes_rf, sf))
+                    data = lsum(_pm((executed >> j) & 1, ex.bit(j)) + _pm((preds >> j) & 1, pv.bit(j))
+                                + _pm((u >> j) & 1, und.bit(j)) for j in range(LANES))
+                    c.logit(name, step + C.g_logit(f, k, issued) + data + _pm(sf, same.bit(0)))
+    emit = 2000.0 * more.bit(0)
+    for j in range(LANES):
+        for ch in range(R.CHUNKS):
+            s = R.CHUNKS * j + ch
+            for x in range(1 << R.chunk_bits(ch)):
+                name = tok_d(j, ch, x)
+                c.token(name, kind=K("d"), **R.d_inputs(j, ch, x))
+                c.logit(name, emit + 100.0 * sel.bit(s)
+                        + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
+    comp = compile_circuit(c, config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return Core(comp, ids)
+
+
+def _pm(want: int, x: Lin) -> Lin:
+    """+1 when the 0/1 form x equals want, -1 otherwise."""
+    return (2.0 * x - 1.0) if want else (1.0 - 2.0 * x)
+
+
+def _input(c: Circuit, name: str):
+    return next(f for f in c.inputs if f.name == name)
+
