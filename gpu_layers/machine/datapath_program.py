@@ -27,8 +27,9 @@ Mapping (PTX machine form -> op, width):
   mov.T d, x                mov_a, W (x a register, an immediate, a special register or the
                             address of a .shared/.local variable); mov.pred: por with a = b = x
   cvt.D.S (integers)        the register's final value as one of mov_a / zext / zext8/16/32 /
-                            sext8/16/32 at the destination register's width (exactly what the
-                            interpreter writes: S truncates and extends, D masks and extends)
+                            sext8/16/32 at the destination register's width, else at a narrower
+                            one (cvt.u16.s8 into a 32-bit register: sext8 at 16); exactly what
+                            the interpreter writes (S truncates and extends, D masks and extends)
   cvta.to.global / .global  mov_a, 64 (the identity: interp/decode.py `_cvta_fn`)
   cvta.to.shared/.local     sub of the window (interp/memory.py), cvta.shared/.local: add
   ld.param (scalar)         mov_a, a = SRC_IMM, imm = the parameter's value in `args`, from the
@@ -401,10 +402,14 @@ class _Decoder:
         # Truncation, masking and sign extension move bits: each output bit is 0 or some input
         # bit, so every candidate and `interp` are GF(2)-linear maps of a; two agree on every
         # a < 2**rs iff they agree on the basis 1 << j, j < rs.
+        # The ALU's r is zero-extended above its width, so a narrower width also fits a
+        # register whose high bits the conversion clears (cvt.u16.s8 into a 32-bit register:
+        # sext8 at width 16).
         first = "zext" if rb > rs else "mov_a"
-        for op in (first, "zext8", "zext16", "zext32", "sext8", "sext16", "sext32"):
-            if all(alu_ref(op, width, 1 << j, 0, 0)[0] == interp(1 << j) for j in range(rs)):
-                return op, width, a, SRC_NONE, None
+        for w in (width,) + tuple(x for x in ALU_WIDTHS if x < width):
+            for op in (first, "zext8", "zext16", "zext32", "sext8", "sext16", "sext32"):
+                if all(alu_ref(op, w, 1 << j, 0, 0)[0] == interp(1 << j) for j in range(rs)):
+                    return op, w, a, SRC_NONE, None
         raise _Unsupported(f"cvt.{dt}.{st} from {rs}-bit {s} into {rb}-bit {d.name} is not one ALU move")
 
     def ld_param(self, ins, t, w, signed):
