@@ -96,6 +96,48 @@ def test_lowered_code_has_no_data_dependent_branches():
     assert res.buffers[0].tolist() == [5] * 32
 
 
+def _imm_sources(ins):
+    from gpu_layers.ptx.ir import Imm, Vec
+    return sum(isinstance(o, Imm) for o in ins.operands) + sum(
+        isinstance(e, Imm) for o in ins.operands if isinstance(o, Vec) for e in o.elems)
+
+
+def test_every_machine_instruction_has_at_most_one_immediate():
+    # the datapath has one immediate field per instruction (gpu_layers/machine/datapath_program.py);
+    # a barrier's thread count is the only exception the lowering keeps (none occur here)
+    seen = 0
+    for case in _all_cases():
+        try:
+            mk = lower(module_for(case.ptx()).kernel(case.kernel))
+        except UnsupportedPTX:
+            continue
+        seen += 1
+        bad = [str(i) for i in mk.instructions if _imm_sources(i) > 1]
+        assert bad == [], (case.name, bad[:5])
+    assert seen >= 100
+
+
+def test_two_immediates_move_into_a_temporary_and_keep_the_guard():
+    body = """\tmov.u32 \t%r3, 77;
+\tsetp.lt.u32 \t%p1, %r100, 10;
+\tsetp.lt.u32 \t%p2, %r100, 5;
+\t@%p1 selp.b32 \t%r3, 1, -2, %p2;
+\tadd.u32 \t%r4, 30212, 5;
+\tadd.u32 \t%r3, %r3, %r4;
+\tst.global.u32 \t[%rd9], %r3;
+"""
+    mk = _lowered(body)
+    sel = [i for i in mk.instructions if i.opcode == "selp"]
+    assert len(sel) == 1 and _imm_sources(sel[0]) == 1 and str(sel[0].guard) == "@%p1"
+    k = mk.instructions.index(sel[0])
+    mov = mk.instructions[k - 1]
+    assert mov.name == "mov.b32" and mov.guard is None and str(mov.operands[1]) == "1"
+    assert str(sel[0].operands[1]) == str(mov.operands[0]) and str(sel[0].operands[2]) == "-2"
+    res = launch(mk, 1, 32, [np.zeros(32, np.int32)])
+    want = [(1 if t < 5 else -2) + 30217 if t < 10 else 77 + 30217 for t in range(32)]
+    assert res.buffers[0].tolist() == want
+
+
 # ------------------------------------------------------------------------ the token protocol
 
 from gpu_layers.machine.protocol import decode_outputs, thread_instructions, trace_tokens  # noqa: E402

@@ -13,7 +13,11 @@ Expansions keep the interpreter's semantics exactly, poison included:
     poison in the result, never becomes an observable branch), and the loops of the
     multiply and divide sequences run a fixed number of iterations on a fresh counter;
   * integer division by zero and signed MIN / -1 select `%mq_undef`, a register nothing writes
-    (the interpreter's poison), exactly where the original gives an undefined value.
+    (the interpreter's poison), exactly where the original gives an undefined value;
+  * every machine instruction has at most one immediate source operand (the datapath's one
+    immediate field, gpu_layers/machine/datapath_program.py): the others move first, unguarded,
+    into fresh temporaries of their operand's type (`_Emitter.push`; nvcc's `selp.b32 %r1, 1, 0,
+    %p1` becomes `mov.b32 %mq7, 1` + `selp.b32 %r1, %mq7, 0, %p1`). Barrier thread counts stay.
 
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
@@ -25,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import TYPE_BITS, Kernel, Module, RegDecl
+from gpu_layers.ptx.ir import TYPE_BITS, Imm, Kernel, Module, Reg, RegDecl, Vec
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
@@ -70,7 +74,7 @@ def lower(kernel: Kernel) -> Kernel:
         em.line = ins.line          # generated code carries the line it came from
         em.start = len(em.code)
         if _is_machine_form(ins):
-            em.code.append(ins)
+            em.push(ins)
         else:
             _EXPANSIONS[SUPPORTED[ins.name].kind](em, ins)
     starts.append(len(em.code))
@@ -128,7 +132,29 @@ class _Emitter:
         self.labels[label] = len(self.code)
 
     def emit(self, text: str):
-        self.code.append(parse_instruction(text.rstrip(";") + ";", self.line, self.regnames))
+        self.push(parse_instruction(text.rstrip(";") + ";", self.line, self.regnames))
+
+    def push(self, ins):
+        """Append a machine instruction, with at most one immediate source operand: every
+        immediate but the last moves first, unguarded, into a fresh temporary of its operand's
+        type (the datapath has one immediate field per instruction; docs/machine.md §4). A
+        barrier's thread count stays an immediate (the interpreter requires one)."""
+        imms = _imm_positions(ins)
+        if len(imms) > 1 and SUPPORTED[ins.name].kind != "bar":
+            ops = list(ins.operands)
+            for i, j in imms[:-1]:
+                imm = ops[i] if j is None else ops[i].elems[j]
+                ty = _MOV_TYPE.get(_operand_type(ins, i), _operand_type(ins, i))
+                t = self.tmp(TYPE_BITS[ty])
+                self.code.append(parse_instruction(f"mov.{ty} {t}, {imm.value};", self.line, self.regnames))
+                if j is None:
+                    ops[i] = Reg(t)
+                else:
+                    elems = list(ops[i].elems)
+                    elems[j] = Reg(t)
+                    ops[i] = Vec(tuple(elems))
+            ins = replace(ins, operands=ops)
+        self.code.append(ins)
 
     def undef(self) -> str:
         self.used_undef = True
@@ -143,6 +169,32 @@ class _Emitter:
         if self.used_undef:
             out.append(RegDecl(type="b64", names=[UNDEF], line=0))
         return out
+
+
+_MOV_TYPE = {"b8": "b16", "u8": "u16", "s8": "s16"}        # mov has no 8-bit forms
+
+
+def _imm_positions(ins) -> list:
+    """(operand index, vector element index or None) of every integer immediate operand."""
+    out = []
+    for i, op in enumerate(ins.operands):
+        if isinstance(op, Imm):
+            out.append((i, None))
+        elif isinstance(op, Vec):
+            out += [(i, j) for j, e in enumerate(op.elems) if isinstance(e, Imm)]
+    return out
+
+
+def _operand_type(ins, i) -> str:
+    """The PTX type source operand i of `ins` is read as."""
+    kind = SUPPORTED[ins.name].kind
+    if kind in ("setp", "selp") and i == 3:
+        return "pred"
+    if kind in ("shl", "shr") and i == 2:
+        return "u32"
+    if kind == "cvt" and i == 1:
+        return ins.types[1]
+    return ins.types[-1] if ins.types else "b32"
 
 
 def _parts(ins):
