@@ -105,20 +105,7 @@ class ControlUnit(CompiledCircuit):
             raise ControlError(f"{len(code)} machine instructions: the control unit holds {MAX_PC}")
         out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
         for p, ins in enumerate(code):
-            if ins.kind == "bra":
-                word = f"<pc bra {ins.target}>"
-            elif ins.kind == "exit":
-                word = "<pc exit>"
-            elif ins.kind == "bar":
-                if ins.target and ins.target != nthreads:
-                    raise ControlError(f"line {ins.line}: `{ins.text}`: a barrier for part of the block")
-                word = "<pc bar>"
-            elif ins.kind in ("op", "nop"):
-                word = "<pc plain>"
-            else:
-                raise ControlError(f"line {ins.line}: `{ins.text}`: warp-synchronous instructions "
-                                   "are not in the control unit")
-            out += [f"<pa {p}>", word]
+            out += [f"<pa {p}>", control_word(ins, nthreads)]
         return out
 
     def stream_tokens(self, tokens) -> list[str]:
@@ -150,6 +137,23 @@ class ControlUnit(CompiledCircuit):
             want = _g_parts(name)[1:]
             return [i for n, i in ids.items() if n.startswith("<g ") and _g_parts(n)[1:] == want]
         return [i for n, i in ids.items() if n.startswith(("<w ", "<wi ", "<blk ")) or n == "<halt>"]
+
+
+def control_word(ins, nthreads: int) -> str:
+    """The <pc ..> prompt token of a decoded machine instruction (refused by name: barriers for
+    part of the block, warp-synchronous instructions)."""
+    if ins.kind == "bra":
+        return f"<pc bra {ins.target}>"
+    if ins.kind == "exit":
+        return "<pc exit>"
+    if ins.kind == "bar":
+        if ins.target and ins.target != nthreads:
+            raise ControlError(f"line {ins.line}: `{ins.text}`: a barrier for part of the block")
+        return "<pc bar>"
+    if ins.kind in ("op", "nop"):
+        return "<pc plain>"
+    raise ControlError(f"line {ins.line}: `{ins.text}`: warp-synchronous instructions "
+                       "are not in the control unit")
 
 
 def _g_parts(name: str):

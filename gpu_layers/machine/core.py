@@ -132,6 +132,71 @@ class Core(CompiledCircuit):
     token_error: ClassVar[type] = CoreError
 
 
+def prompt_tokens(kernel, grid, block, args) -> list[str]:
+    """The launch and the whole program as the core's prompt (see the module docstring).
+    `kernel`: lowered, register-allocated machine code; refused by name (CoreError, or the
+    register file's / datapath program's errors): more than 16 threads per block, an instruction
+    that reads both a guard and selp's predicate, what the pieces refuse."""
+    from gpu_layers.interp.machine import program_for
+    from gpu_layers.machine.datapath_program import datapath_program
+
+    nthreads = block[0] * block[1] * block[2]
+    nblocks = grid[0] * grid[1] * grid[2]
+    if not 1 <= nthreads <= THREADS:
+        raise CoreError(f"{nthreads} threads per block: the machine core v0 runs up to {THREADS}")
+    if not 1 <= nblocks <= C.MAX_BLOCKS:
+        raise CoreError(f"{nblocks} blocks: the machine core v0 runs up to {C.MAX_BLOCKS}")
+    code = program_for(kernel).code
+    rp = R.program_of(kernel)
+    ops = datapath_program(kernel, rp.slots, grid, block, args)
+    out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
+    for p, (ins, op) in enumerate(zip(code, ops)):
+        dest = rp.dests[p]
+        dst = "none" if dest is None else "pred" if dest[1] == 1 else "data"
+        if op.guard is not None and op.p is not None:
+            raise CoreError(f"line {ins.line}: `{ins.text}` reads a guard and selp's predicate: the "
+                            "core v0 has one predicate read port")
+        if op.guard is not None:
+            pq = tok_pq(op.guard, True, op.gneg)
+        else:
+            pq = tok_pq(op.p)
+        out += [f"<pa {p}>", C.control_word(ins, nthreads), R.tok_pd(*dest) if dest else R.tok_pd(None),
+                tok_po(op.op, op.width, dst) if op.op is not None else tok_po(None),
+                tok_ps(op.a, op.b), pq]
+        out += [f"<pi {k} {x:03x}>" for k, x in enumerate(_imm_chunks(op.imm)) if x]
+        out.append("<pe>")
+    return out
+
+
+def _imm_chunks(x: int) -> list[int]:
+    return [(x >> (R.PAYLOAD * k)) & ((1 << R.chunk_bits(k)) - 1) for k in range(IMM_CHUNKS)]
+
+
+def stream_tokens(tokens) -> list[str]:
+    """The oracle's stream (gpu_layers.machine.protocol tuples) as the core's tokens; the dump
+    section is dropped (the memory unit's). Refused by name: other warps, <w> tokens."""
+    out = []
+    for t in tokens:
+        k = t[0]
+        if k == "blk":
+            out.append(f"<blk {t[1]}>")
+        elif k == "wi":
+            if t[1] != 0:
+                raise CoreError(f"<wi {t[1]} ..>: the machine core v0 runs one warp per block")
+            out.append(f"<wi 0 {t[2]} {t[3]}>")
+        elif k == "g":
+            out.append(tok_g(*t[1:]))
+        elif k == "d":
+            out.append(tok_d(*t[1:]))
+        elif k == "halt":
+            out.append("<halt>")
+        elif k in ("dump", "x"):
+            continue
+        else:
+            raise CoreError(f"token kind {k!r} is not part of the machine core v0's stream")
+    return out
+
+
 def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
     """Exclusive steps [group k is the first candidate (and extra)] for k in ks."""
     out = []
@@ -144,7 +209,16 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 
 def build_core(config) -> Core:
-    """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's)."""
+    """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
+    Needs the memory of the dense weights (about 22 GB at W 8,808 and 17 layers in fp32)."""
+    c = core_circuit()
+    comp = compile_circuit(c, config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return Core(comp, ids)
+
+
+def core_circuit() -> Circuit:
+    """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
     f = C.control_layers(c, THREADS, KINDS)
     hot = dict(f.hot)
@@ -377,7 +451,7 @@ def build_core(config) -> Core:
     codes = list(range(32)) + [SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID]
     for a in codes:
         for b in codes:
-            if b in (SRC_TID, SRC_CTAID) or (a == SRC_IMM and b == SRC_IMM):
+            if b in (SRC_TID, SRC_CTAID):           # (a = b = imm: the same immediate, por of a constant)
                 continue
             word = (a & 31 if a < 32 else 0) | ((b & 31 if b < 32 else 0) << 5)
             flags = [a < 32, a == SRC_IMM, a == SRC_TID, a == SRC_CTAID, b < 32, b == SRC_IMM]
@@ -421,9 +495,7 @@ def build_core(config) -> Core:
                 c.token(name, kind=K("d"), **R.d_inputs(j, ch, x))
                 c.logit(name, emit + 100.0 * sel.bit(s)
                         + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
-    comp = compile_circuit(c, config)
-    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
-    return Core(comp, ids)
+    return c
 
 
 def _pm(want: int, x: Lin) -> Lin:
