@@ -1,11 +1,13 @@
-"""The machine core v0 (gpu_layers.machine.core): its circuit validates and schedules for
-Qwen3.5-2B's per-layer shapes, and its vocabulary carries the whole prompt and stream of real
-nvcc kernels (lowered, register-allocated). Compiled behaviour is not tested here yet: the dense
-weights of the 17-layer, 8,808-wide circuit need more memory than the CI machine has (the next
-step is a compile path that compacts each layer as it is written)."""
+"""The machine core v0 (gpu_layers.machine.core): its circuit schedules for Qwen3.5-2B's per-layer
+shapes, its vocabulary carries the whole prompt and stream of real nvcc kernels (lowered,
+register-allocated), and, compiled layer by layer into the fast executor (the dense 17-layer,
+8,808-wide model does not fit this machine's memory), it predicts every token of a kernel's trace
+except the data of memory instructions."""
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from gpu_layers.cases import load_cases
 from gpu_layers.craft.assemble import Shapes, schedule
@@ -13,7 +15,8 @@ from gpu_layers.craft.testing import TINY
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import Scalar, module_for
 from gpu_layers.machine import lower
-from gpu_layers.machine.core import CoreError, core_circuit, prompt_tokens, stream_tokens
+from gpu_layers.machine.core import CoreError, check_core, core_circuit, prompt_tokens, stream_tokens
+from gpu_layers.machine.datapath_program import datapath_program, register_slots
 from gpu_layers.machine.protocol import trace_tokens
 from gpu_layers.machine.regalloc import allocate
 from gpu_layers.suite import load_suite
@@ -64,3 +67,82 @@ def test_refuses_blocks_beyond_one_16_thread_warp():
     c, mk, args = _case("reduce_sum_i32")
     with pytest.raises(CoreError, match="threads per block"):
         prompt_tokens(mk, c.grid, c.block, args)
+
+
+# ---- compiled, through the fast executor (compile_fast: layer by layer) ---------------------------
+
+@pytest.fixture(scope="module")
+def core():
+    from gpu_layers.machine.core import build_core_fast
+    torch.set_num_threads(1)
+    # the validator's exactness pass (8 minutes on this circuit) runs in scripts/machine_core.py
+    return build_core_fast(REAL_2B, check=False)
+
+
+def _core_stream(name):
+    c, mk, args = _case(name)
+    prompt = prompt_tokens(mk, c.grid, c.block, args)
+    kinds = [op.kind for op in datapath_program(mk, register_slots(mk), c.grid, c.block, args)]
+    tr = trace_tokens(mk, c.grid, c.block, args, c.dynamic_shared_bytes, outputs=[], step_budget=200_000)
+    return prompt + stream_tokens(tr.tokens), len(prompt), kinds
+
+
+def test_core_predicts_every_token_but_memory_data(core):
+    """divergence: 16 threads, data-dependent branches, setp/selp/shifts/adds, global loads and
+    stores. Every control token, every <g> in full (executed lanes from the guard, predicate
+    results, undefined lanes, S) and every <d> of an ALU instruction is the model's own argmax
+    over the whole vocabulary; only the loads' <d> tokens are given."""
+    fm, ids = core
+    names, n0, kinds = _core_stream("divergence")
+    checked, skipped, bad = check_core(fm, ids, names, n0, kinds)
+    assert bad == []
+    n_d = {"load": 0, "alu": 0}
+    pc = None
+    for t in names[n0:]:
+        if t.startswith("<wi "):
+            pc = int(t.split()[2])
+        if t.startswith("<d "):
+            n_d[kinds[pc]] += 1
+    assert skipped == n_d["load"] > 0
+    assert checked + skipped == len(names) - n0
+    assert n_d["alu"] > 100
+
+
+def test_core_check_catches_a_wrong_value(core):
+    """The check can fail: one ALU <d> token of the stream altered, the model's prediction there
+    (the right value) differs from it."""
+    fm, ids = core
+    names, n0, kinds = _core_stream("divergence")
+    pc, at = None, None
+    for p in range(n0, len(names)):
+        if names[p].startswith("<wi "):
+            pc = int(names[p].split()[2])
+        if names[p].startswith("<d ") and kinds[pc] == "alu" and p > n0 + 200:
+            at = p
+            break
+    _, j, ch, x = names[at][1:-1].split()
+    names = names[:at] + [f"<d {j} {ch} {int(x, 16) ^ 1:03x}>"]
+    _, _, bad = check_core(fm, ids, names, n0, kinds)
+    assert [b[0] for b in bad] == [at - 1]
+
+
+def test_compile_fast_equals_compile_circuit():
+    """compile_fast (layer by layer into the fast executor) gives the executor compile_circuit's
+    dense machine gives: bit-identical logits on a control-unit stream."""
+    from gpu_layers.craft.assemble import compile_circuit, compile_fast
+    from gpu_layers.craft.fast import FastMachine
+    from gpu_layers.machine.control import ControlUnit, control_circuit, control_stream
+
+    torch.set_num_threads(1)
+    comp = compile_circuit(control_circuit(16), REAL_2B)
+    dense = FastMachine(comp.machine)
+    fast, names = compile_fast(control_circuit(16), REAL_2B)
+    assert names == comp.machine.token_names
+    cu = ControlUnit(comp, {n: i for i, n in enumerate(names)}, 16)
+    c, mk, args = _case("divergence")
+    toks, _ = control_stream(cu, lower(module_for(c.ptx()).kernel(c.kernel)), c.grid, c.block, args)
+    sd, sf = dense.new_state(), fast.new_state()
+    for t in cu.encode(toks[:600]):
+        a = np.asarray(dense.step(sd, t, logits=True))
+        b = np.asarray(fast.step(sf, t, logits=True))
+        assert np.array_equal(a, b)

@@ -433,22 +433,44 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
 
 def vocabulary(c: Circuit, W: int):
     names = [n for n, _ in c.tokens] or ["<m:nop>"]
-    rows = []
-    for _, vals in (c.tokens or [("<m:nop>", {})]):
+    toks = c.tokens or [("<m:nop>", {})]
+    # float32 rows, each computed in float64 and rounded once (as a float64 matrix cast at the end)
+    embed = np.zeros((len(toks), W), dtype=np.float32)
+    for i, (_, vals) in enumerate(toks):
         v = dict(c.default_token_values)
         v.update(vals)
         if not c.tokens:
             v = {f.name: 0 for f in c.inputs}
-        row = np.zeros(W)
-        row[:c.layout.width] = c.layout.encode(v)
-        rows.append(row)
-    embed = np.stack(rows)
+        embed[i, :c.layout.width] = c.layout.encode(v)
     unembed = np.zeros_like(embed)
     one = c.layout.one.start
     for i, n in enumerate(names):
         if n in c.logits:
             unembed[i] = _row(c.logits[n], one, W)
-    return names, torch.tensor(embed, dtype=torch.float32), torch.tensor(unembed, dtype=torch.float32)
+    return names, torch.from_numpy(embed), torch.from_numpy(unembed)
+
+
+def compile_fast(c: Circuit, config, check: bool = True):
+    """The compiled circuit straight into the fast executor (gpu_layers.craft.fast), for machines
+    whose dense layers would not fit in memory: each layer is written, compacted and dropped
+    before the next. The weights are the ones compile_circuit writes (the same passes, the same
+    float64 arithmetic rounded once to float32). Returns (FastMachine, token names).
+    check=False skips the validator's exactness pass (minutes on wide circuits; compile_circuit
+    always runs it): only for a circuit that validated before."""
+    from .fast import FastMachine
+
+    s = Shapes.of(config)
+    if check:
+        validate(c, s)
+    plans, _ = schedule(c, s)
+    if not plans:
+        plans = [LayerPlan()]
+    sumsq = track_norms(c, len(plans))
+    W = c.layout.width + 1
+    names, embed, unembed = vocabulary(c, W)
+    final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
+    layers = (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans))
+    return FastMachine.streamed(s.asdict(), W, layers, embed.numpy(), unembed.numpy(), final), names
 
 
 def compile_circuit(c: Circuit, config) -> Compiled:

@@ -65,6 +65,11 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float32).numpy().astype(F32, copy=True)
 
 
+def _f32(a) -> np.ndarray:
+    """A float32 numpy array as is (no copy: the streamed path's large embeddings), else _np."""
+    return a if isinstance(a, np.ndarray) and a.dtype == F32 else _np(a)
+
+
 def _sigmoid(x):
     return F32(1.0) / (F32(1.0) + np.exp(-x))
 
@@ -168,22 +173,45 @@ class FastMachine:
             compiled.check()
         except ValueError as e:
             raise FastMachineError(f"inconsistent CompiledMachine: {e}") from e
-        missing = [k for k in SHAPE_KEYS if k not in compiled.layer_shapes]
+        self._shapes(compiled.layer_shapes, compiled.width, compiled.vocab_size)
+        self.layers = [self._compact(i, L) for i, L in enumerate(compiled.layers)]
+        self._head(compiled.embed, compiled.unembed, compiled.final_norm)
+
+    @classmethod
+    def streamed(cls, layer_shapes: dict, width: int, layers, embed, unembed, final_norm) -> "FastMachine":
+        """Build from compiled layers produced one at a time (an iterable of layer dicts, each
+        compacted and dropped before the next: gpu_layers.craft.assemble.compile_fast)."""
+        self = cls.__new__(cls)
+        if tuple(embed.shape) != tuple(unembed.shape) or embed.shape[1] != width or tuple(final_norm.shape) != (width,):
+            raise FastMachineError("embed / unembed / final_norm do not match the width")
+        self._shapes(layer_shapes, width, embed.shape[0])
+        self.layers = []
+        for i, L in enumerate(layers):
+            missing = set(LAYER_KEYS) - set(L)
+            if missing:
+                raise FastMachineError(f"compiled layer {i} lacks {sorted(missing)}")
+            self.layers.append(self._compact(i, L))
+            del L
+        self._head(embed, unembed, final_norm)
+        return self
+
+    def _shapes(self, s: dict, width: int, vocab: int):
+        missing = [k for k in SHAPE_KEYS if k not in s]
         if missing:
             raise FastMachineError(f"CompiledMachine.layer_shapes lacks {missing}")
-        s = compiled.layer_shapes
-        self.W, self.V = compiled.width, compiled.vocab_size
+        self.W, self.V = width, vocab
         self.Hk, self.Hv = int(s["linear_num_key_heads"]), int(s["linear_num_value_heads"])
         self.dk, self.dv = int(s["linear_key_head_dim"]), int(s["linear_value_head_dim"])
         self.K, self.I, self.eps = int(s["linear_conv_kernel_dim"]), int(s["intermediate_size"]), F32(s["rms_norm_eps"])
         if self.Hk <= 0 or self.Hv % self.Hk:
             raise FastMachineError(f"{self.Hv} value heads are not a multiple of {self.Hk} key heads")
-        self.layers = [self._compact(i, L) for i, L in enumerate(compiled.layers)]
-        self.embed = _np(compiled.embed)
+
+    def _head(self, embed, unembed, final_norm):
+        self.embed = _f32(embed)
         self._finite("embed", self.embed)
-        U = _np(compiled.unembed)
+        U = _f32(unembed)
         self._finite("unembed", U)
-        fn = _np(compiled.final_norm)
+        fn = _np(final_norm)
         self._finite("final_norm", fn)
         self.head_rows = _nz_rows(U)
         self.head_cols = np.flatnonzero((U != 0).any(0))

@@ -197,6 +197,13 @@ def _match(value: int, field, n: int) -> Lin:
 def build_control_unit(config, threads: int = 16) -> ControlUnit:
     """Compile the control unit for a Qwen3.5 text config (or shapes dict) and blocks of up to
     `threads` threads (4 .. 32: one warp; 64 .. 256: several warps, round robin)."""
+    comp = compile_circuit(control_circuit(threads), config)
+    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
+    return ControlUnit(comp, ids, threads)
+
+
+def control_circuit(threads: int = 16) -> Circuit:
+    """The control unit's circuit, not compiled."""
     c = Circuit("control_v2")
     f = control_layers(c, threads)
     control_tokens(c, f)
@@ -207,9 +214,7 @@ def build_control_unit(config, threads: int = 16) -> ControlUnit:
             c.token(name, kind=KINDS.index("g"), **g_inputs(f, k, issued, executed))
             c.logit(name, g_logit(f, k, issued))
     c.token("<d>", kind=KINDS.index("d"))
-    comp = compile_circuit(c, config)
-    ids = {n: i for i, n in enumerate(comp.machine.token_names)}
-    return ControlUnit(comp, ids, threads)
+    return c
 
 
 def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleNamespace:

@@ -217,6 +217,55 @@ def build_core(config) -> Core:
     return Core(comp, ids)
 
 
+def build_core_fast(config, check: bool = True):
+    """The core compiled straight into the fast executor (gpu_layers.craft.assemble.compile_fast:
+    layer by layer, so it fits where the dense model does not). Returns (FastMachine, {name: id})."""
+    from gpu_layers.craft.assemble import compile_fast
+
+    fm, names = compile_fast(core_circuit(), config, check=check)
+    return fm, {n: i for i, n in enumerate(names)}
+
+
+DATA_UNKNOWN = ("load", "atomic", "warp", "alu_unsupported")    # the memory unit's (teacher-forced)
+
+
+def check_core(fm, ids: dict, names: list[str], n_prompt: int, kinds: list[str]):
+    """Run the stream `names` (prompt + oracle stream) through the fast executor and compare, at
+    every position from the last prompt token on, the model's next token with the oracle's: the
+    argmax over the whole vocabulary. Where the current instruction's data comes from memory
+    (kinds[P] in DATA_UNKNOWN) its <d> tokens are skipped and its <g> is compared among the <g>
+    tokens with the oracle's U and S. Returns (checked, skipped, [(position, want, got)])."""
+    import numpy as np
+
+    inv = {i: n for n, i in ids.items()}
+    g_by_us = {}
+    for n, i in ids.items():
+        if n.startswith("<g "):
+            g_by_us.setdefault(tuple(n[1:-1].split()[-2:]), []).append(i)
+    st = fm.new_state()
+    pc, checked, skipped, bad = None, 0, 0, []
+    for p, n in enumerate(names[:-1]):
+        if n.startswith("<wi "):
+            pc = int(n.split()[2])
+        row = np.asarray(fm.step(st, ids[n], logits=True))
+        if p < n_prompt - 1:
+            continue
+        want = names[p + 1]
+        unknown = pc is not None and kinds[pc] in DATA_UNKNOWN
+        if unknown and want.startswith("<d "):
+            skipped += 1
+            continue
+        if unknown and want.startswith("<g "):
+            cand = np.array(g_by_us[tuple(want[1:-1].split()[-2:])])
+            got = int(cand[np.argmax(row[cand])])
+        else:
+            got = int(np.argmax(row))
+        checked += 1
+        if got != ids[want]:
+            bad.append((p, want, inv[got]))
+    return checked, skipped, bad
+
+
 def core_circuit() -> Circuit:
     """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
@@ -362,7 +411,7 @@ def core_circuit() -> Circuit:
         m.boolean(pv, j, [(ex.bit(j) - und.bit(j) + qres[j].bit(0) - 1.5, 0.5, 1.0),
                           (ex.bit(j) - und.bit(j) + dst_pred + res[j].bit(0) - qres[j].bit(0) - 2.5, 0.5, 1.0)])
     nexec = lsum(ex.bit(j) for j in range(LANES))
-    m.threshold(nx, 0, nexec + 2.0 * dst_data - 3.5, 0.5)
+    m.threshold(nx, 0, nexec + 4.0 * dst_data - 5.5, 0.5)
     m.build()
     dis = c.new_field(dual("dis", 64))
     m = MLPBuilder(c, "disagree")
