@@ -35,6 +35,10 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
 
 Scope v0: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer
 ALU work; the dump of output buffers is the memory unit's (the stream ends with <halt>).
+
+For Qwen3.5-2B's shapes: 17 layers, W 8,808, 70,016 tokens. The dense stock model would need
+about 22 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor, and
+`check_core` / scripts/machine_core.py compare its predictions with the oracle's stream.
 """
 from __future__ import annotations
 
