@@ -371,15 +371,14 @@ def core_circuit() -> Circuit:
     m = MLPBuilder(c, "exec_poison")
     for j in range(LANES):
         qv = rfq[j].bit(0)
-        m.boolean(ex, j, [(iss.bit(j) - q_guard - 0.5, 0.5, 1.0),
-                          (iss.bit(j) + q_guard + qv - q_neg - 2.5, 0.5, 1.0),
-                          (iss.bit(j) + q_guard - qv + q_neg - 2.5, 0.5, 1.0)])
+        # executed: three exclusive guard cases (no guard; guard true; negated guard false), each
+        # a form that is 1 when its case holds and <= 0 otherwise
+        exl = [iss.bit(j) - q_guard, iss.bit(j) + q_guard + qv - q_neg - 2.0,
+               iss.bit(j) + q_guard - qv + q_neg - 2.0]
+        m.boolean(ex, j, [(e - 0.5, 0.5, 1.0) for e in exl])
         pa = a_reg - rfa[j].present(0)
         pb = b_reg - rfb[j].present(0)
         pqp = q_reg - rfq[j].present(0)
-        # executed: the same three exclusive guard cases, folded into one 0/1 form per term
-        exl = [iss.bit(j) - q_guard, iss.bit(j) + q_guard + qv - q_neg - 2.0,
-               iss.bit(j) + q_guard - qv + q_neg - 2.0]
         sa = lsum(A[j].bit(i) for i in range(64))
         sb = lsum(Bw[j].bit(i) for i in range(64))
         terms = []
