@@ -1,7 +1,9 @@
-"""The machine core v0 (gpu_layers.machine.core) on real kernels, through the fast executor: at
-every position of the oracle's stream the model's next token is compared with the oracle's (the
-argmax over the whole vocabulary; memory instructions' data tokens are teacher-forced and counted
-as skipped). Compiles the core layer by layer (gpu_layers.craft.assemble.compile_fast).
+"""The machine core (gpu_layers.machine.core) runs real kernels inside the model, through the fast
+executor: the prompt (program, launch, global memory) goes in, and the model generates the whole
+trace and the dump itself, greedy, one token at a time. The run checks every generated token
+against the oracle's stream (it stops at the first difference) and decodes the output buffers
+from the generated dump alone, compared bit for bit with the reference interpreter running the
+original kernel. Compiles the core layer by layer (gpu_layers.craft.assemble.compile_fast).
 
     .venv/bin/python scripts/machine_core.py [--names CASE ...] [--max-tokens N] [--no-check]
 
@@ -14,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -21,14 +25,13 @@ from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
-from gpu_layers.interp import Scalar, module_for  # noqa: E402
+from gpu_layers.interp import Scalar, launch, module_for  # noqa: E402
 from gpu_layers.machine import allocate, lower  # noqa: E402
-from gpu_layers.machine.core import build_core_fast, check_core, prompt_tokens, stream_tokens  # noqa: E402
-from gpu_layers.machine.datapath_program import datapath_program, register_slots  # noqa: E402
-from gpu_layers.machine.protocol import trace_tokens  # noqa: E402
+from gpu_layers.machine import memory_map as MM  # noqa: E402
+from gpu_layers.machine.core import build_core_fast, launch_tokens, run_core  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
-DEFAULT = ["divergence", "vec_add_i32", "early_return", "bitwise_ops", "scan_inclusive_i32"]
+DEFAULT = ["vec_add_i32", "divergence", "early_return", "bitwise_ops", "scan_inclusive_i32"]
 
 
 def main():
@@ -44,29 +47,35 @@ def main():
     t0 = time.time()
     shapes = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}
     fm, ids = build_core_fast(shapes, check=not args.no_check)
-    print(f"core v0: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens, compiled in {time.time() - t0:.0f} s",
+    print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens, compiled in {time.time() - t0:.0f} s",
           flush=True)
-    print(f"{'case':24s} {'tokens':>7s} {'checked':>8s} {'skipped':>8s} {'wrong':>6s} {'s':>6s}  first wrong")
+    print(f"{'case':24s} {'prompt':>7s} {'stream':>7s} {'ticks':>6s} {'trace':>6s} {'outputs':>8s} {'tok/s':>6s}  first wrong")
     for name in args.names:
         c = cases[name]
         try:
             mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
             kargs = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
-            prompt = prompt_tokens(mk, c.grid, c.block, kargs)
-            kinds = [op.kind for op in datapath_program(mk, register_slots(mk), c.grid, c.block, kargs)]
-            tr = trace_tokens(mk, c.grid, c.block, kargs, c.dynamic_shared_bytes, outputs=[], step_budget=500_000)
-            names = prompt + stream_tokens(tr.tokens)
+            outs = [i for i, a in enumerate(c.args) if a.is_buffer and a.output]
+            prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, kargs, outs, c.dynamic_shared_bytes)
         except QwenGPUError as e:
             print(f"{name:24s} refused: {e}")
             continue
-        if len(names) > args.max_tokens:
-            print(f"{name:24s} {len(names):7d} skipped: longer than --max-tokens")
+        if len(prompt) + len(want) > args.max_tokens:
+            print(f"{name:24s} {len(prompt):7d} {len(want):7d} skipped: longer than --max-tokens")
             continue
         t = time.time()
-        checked, skipped, bad = check_core(fm, ids, names, len(prompt), kinds)
-        first = f"@{bad[0][0]} want {bad[0][1]} got {bad[0][2]}" if bad else ""
-        print(f"{name:24s} {len(names):7d} {checked:8d} {skipped:8d} {len(bad):6d} {time.time() - t:6.0f}  {first}",
-              flush=True)
+        got, bad = run_core(fm, ids, prompt, want)
+        dt = time.time() - t
+        ref = launch(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block,
+                     [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args],
+                     c.dynamic_shared_bytes)
+        dec = MM.decode_dump(got, lay, {i: kargs[i] for i in outs}) if bad is None else {}
+        same = bad is None and all(np.array_equal(dec[i].view(np.uint8), ref.buffers[i].view(np.uint8))
+                                   for i in outs)
+        ticks = sum(1 for x in want if x.startswith("<mt "))
+        first = "" if bad is None else f"@{bad} want {want[bad]} got {got[bad]}"
+        print(f"{name:24s} {len(prompt):7d} {len(want):7d} {ticks:6d} {'equal' if bad is None else 'DIFF':>6s} "
+              f"{'equal' if same else 'DIFF':>8s} {(len(prompt) + len(got)) / dt:6.0f}  {first}", flush=True)
 
 
 if __name__ == "__main__":

@@ -235,8 +235,14 @@ def validate(c: Circuit, s: Shapes) -> None:
 
 
 def schedule(c: Circuit, s: Shapes) -> tuple[list[LayerPlan], dict[str, int]]:
+    """Place every stage in a half-layer (position 2L: layer L's mixer, 2L + 1: its MLP): a list
+    scheduler over positions in order. At each position the stages whose inputs are all placed
+    below it take the layer's heads or neurons by priority, the longest chain of stages still
+    depending on them first (ties in circuit order), so short side chains (prompt registers, the
+    dump) never push the long control chain up. A stage too big for any layer gets one alone."""
     owner = _field_of_dim(c)
     deps = {}
+    users = {id(st): [] for st in c.stages}
     for st in c.stages:
         ds = set()
         for d in st.input_dims():
@@ -244,42 +250,67 @@ def schedule(c: Circuit, s: Shapes) -> tuple[list[LayerPlan], dict[str, int]]:
             if f.name in c.producer:
                 ds.add(id(c.producer[f.name]))
         deps[id(st)] = ds
+        for d in ds:
+            users[d].append(id(st))
+    height: dict[int, int] = {}
+    for st in reversed(_topological(c.stages, deps)):
+        height[id(st)] = 1 + max((height[u] for u in users[id(st)]), default=0)
+    order = {id(st): i for i, st in enumerate(c.stages)}
     pos: dict[int, int] = {}
     plans: list[LayerPlan] = []
     remaining = list(c.stages)
+    p = 0
     while remaining:
-        ready = [st for st in remaining if all(d in pos for d in deps[id(st)])]
-        if not ready:
-            raise CircuitError("the circuit has a cycle: " + ", ".join(st.name for st in remaining))
+        kind = "mixer" if p % 2 == 0 else "mlp"
+        ready = [st for st in remaining if (st.kind == "mixer") == (kind == "mixer")
+                 and all(d in pos and pos[d] < p for d in deps[id(st)])]
+        ready.sort(key=lambda st: (-height[id(st)], order[id(st)]))
+        L = p // 2
+        while len(plans) <= L:
+            plans.append(LayerPlan())
+        pl = plans[L]
         for st in ready:
-            p0 = max((pos[d] for d in deps[id(st)]), default=-1) + 1
-            want = 0 if st.kind == "mixer" else 1
-            if p0 % 2 != want:
-                p0 += 1
-            while True:
-                L = p0 // 2
-                while len(plans) <= L:
-                    plans.append(LayerPlan())
-                pl = plans[L]
-                if st.kind == "mlp":
-                    fits = LayerPlan([], pl.mlp + [st]).neurons() <= s.intermediate_size
-                    if fits or not pl.mlp:
-                        pl.mlp.append(st)
-                        break
-                else:
-                    trial = LayerPlan(pl.mixer + [st], [])
-                    if trial.groups(s) <= s.linear_num_key_heads or not pl.mixer:
-                        pl.mixer.append(st)
-                        break
-                p0 += 2
-            pos[id(st)] = p0
-            remaining.remove(st)
+            if kind == "mlp":
+                fits = LayerPlan([], pl.mlp + [st]).neurons() <= s.intermediate_size
+                if fits or not pl.mlp:
+                    pl.mlp.append(st)
+                    pos[id(st)] = p
+            else:
+                trial = LayerPlan(pl.mixer + [st], [])
+                if trial.groups(s) <= s.linear_num_key_heads or not pl.mixer:
+                    pl.mixer.append(st)
+                    pos[id(st)] = p
+        remaining = [st for st in remaining if id(st) not in pos]
+        p += 1
+        if p > 4 * len(c.stages) + 4:
+            raise CircuitError("the circuit has a cycle: " + ", ".join(st.name for st in remaining))
+    while plans and not plans[-1].mixer and not plans[-1].mlp:
+        plans.pop()
     position = {}
     for st in c.stages:
         position[st.name] = pos[id(st)]
         for f in st.outputs:
             c.layout.set_born(f.name, pos[id(st)])
     return plans, position
+
+
+def _topological(stages, deps) -> list:
+    """The stages in an order where every stage comes after the stages it reads."""
+    by_id = {id(st): st for st in stages}
+    done, out = set(), []
+    for st in stages:
+        stack = [(id(st), False)]
+        while stack:
+            k, expanded = stack.pop()
+            if k in done:
+                continue
+            if expanded:
+                done.add(k)
+                out.append(by_id[k])
+                continue
+            stack.append((k, True))
+            stack.extend((d, False) for d in deps[k] if d not in done)
+    return out
 
 
 def track_norms(c: Circuit, nlayers: int) -> dict[str, float]:

@@ -1182,7 +1182,7 @@ def _memop(is_load, space, base, off, cols, size, n):
                 return general(W, act)
             region = regions[i]
             o = addr - region.base
-            if o + size > region.size:
+            if o < 0 or o + size > region.size:
                 return general(W, act)
             if is_load:
                 if not region.full and 1 not in region.init[o:o + size]:

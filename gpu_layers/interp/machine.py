@@ -226,13 +226,16 @@ class _Config:
 
 
 def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: int = 4,
-           step_budget: int | None = None, trace: bool = False, observer=None) -> LaunchResult:
+           step_budget: int | None = None, trace: bool = False, observer=None,
+           buffer_offsets=None) -> LaunchResult:
     """Run one launch of `kernel` (a Kernel, or a Module with one kernel).
 
     args, in .param order: a numpy array is a global buffer (its pointer is passed); a `Scalar`,
     Python int or float is a scalar. Buffers are copied; the results are in `.buffers`.
     observer(warp, decoded instruction, pc, active lanes, lanes that executed it), if given, is
     called after every step (the machine-level oracle reads write-backs through it).
+    buffer_offsets: {argument index: bytes} added to that buffer's address (a multiple of 16 below
+    2**31; default 0): where a machine that packs every buffer into one small memory puts it.
     """
     if isinstance(kernel, Module):
         kernel = kernel.kernel()
@@ -243,7 +246,7 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
         raise LaunchError(f"kernel needs {prog.layout.local_size} bytes of local memory per thread, "
                           f"{prog.layout.local_size * cfg.nthreads} for a block of {cfg.nthreads}; at most "
                           f"{MAX_LOCAL_BYTES_PER_BLOCK} per block")
-    glob, param_region, buf_regions = _bind_arguments(kernel, prog, args)
+    glob, param_region, buf_regions = _bind_arguments(kernel, prog, args, buffer_offsets)
     run = _Run(prog, cfg, trace)
     run.observer = observer
     for bid in range(cfg.nblocks):
@@ -298,8 +301,9 @@ def _shared_size(prog, dynamic_shared_bytes):
     return size
 
 
-def _bind_arguments(kernel, prog, args):
-    """Arguments -> the param space and global buffers: (memory, param region, buffer regions)."""
+def _bind_arguments(kernel, prog, args, offsets=None):
+    """Arguments -> the param space and global buffers: (memory, param region, buffer regions).
+    offsets: {argument index: bytes added to the buffer's address} (launch's buffer_offsets)."""
     params = kernel.params
     if len(args) != len(params):
         raise LaunchError(f"kernel {kernel.name} takes {len(params)} arguments, got {len(args)}")
@@ -316,7 +320,11 @@ def _bind_arguments(kernel, prog, args):
             if a.dtype not in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):
                 raise LaunchError(f"argument {i} ({p.name}): unsupported buffer dtype {a.dtype}")
             arr = np.ascontiguousarray(a)
-            base = glob.add(p.name, arr.tobytes())
+            boff = (offsets or {}).get(i, 0)
+            if not (isinstance(boff, int) and 0 <= boff < 1 << 31 and boff % 16 == 0):
+                raise LaunchError(f"argument {i} ({p.name}): buffer offset {boff!r} is not a multiple of "
+                                  "16 in [0, 2**31)")
+            base = glob.add(p.name, arr.tobytes(), boff)
             pbytes[off:off + 8] = base.to_bytes(8, "little")
             buf_regions.append((i, arr.dtype, len(arr), glob.regions[-1]))
         else:

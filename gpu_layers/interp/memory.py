@@ -91,8 +91,10 @@ class GlobalMemory:
     def __init__(self):
         self.regions: list[Region] = []
 
-    def add(self, name: str, data: bytes) -> int:
-        base = GLOBAL_BASE + len(self.regions) * GLOBAL_STRIDE
+    def add(self, name: str, data: bytes, offset: int = 0) -> int:
+        """Buffer number len(regions) at GLOBAL_BASE + k * GLOBAL_STRIDE + offset (a machine that
+        packs the buffers into one small memory places them with offsets: gpu_layers.machine.memory_map)."""
+        base = GLOBAL_BASE + len(self.regions) * GLOBAL_STRIDE + offset
         self.regions.append(Region(f"global buffer '{name}'", base, len(data), data))
         return base
 

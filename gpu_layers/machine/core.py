@@ -54,12 +54,14 @@ from gpu_layers.craft.fields import Lin, bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.machine import control as C
+from gpu_layers.machine import memory_map as MM
+from gpu_layers.machine import memunit as MU
 from gpu_layers.machine import regfile as R
 from gpu_layers.machine.protocol import lane_masks
 
 LANES, GROUPS, THREADS = R.LANES, R.GROUPS, R.THREADS
 PCS = R.PCS
-KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt")
+KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt") + MU.KINDS
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
 SRC_NAMES = {SRC_NONE: "none", SRC_IMM: "imm", SRC_TID: "tid", SRC_CTAID: "ctaid"}
 MODES = ("prop", "select", "and", "or")      # the interpreter's poison rules an ALU op can have
@@ -84,6 +86,9 @@ def _src_name(code: int) -> str:
 
 
 def tok_po(op: str | None, width: int = 32, dst: str = "none") -> str:
+    """<po OP wW DST>, <po mem DST> (a memory instruction: no ALU op) or <po none>."""
+    if op == "mem":
+        return f"<po mem {dst}>"
     return "<po none>" if op is None else f"<po {op} w{width} {dst}>"
 
 
@@ -93,6 +98,13 @@ def tok_ps(a: int, b: int) -> str:
 
 def tok_pq(q: int | None, guard: bool = False, neg: bool = False) -> str:
     return "<pq none>" if q is None else f"<pq {q} {int(guard)} {int(neg)}>"
+
+
+def tok_pm(kind: str | None, space: str = "global", size: int = 4) -> str:
+    """<pm ld|st g|s 4|8>: a memory instruction (space, bytes) or <pm none>."""
+    if kind is None:
+        return "<pm none>"
+    return f"<pm {'ld' if kind == 'load' else 'st'} {space[0]} {size}>"
 
 
 def tok_g(k: int, states: int, u: int, s: int) -> str:
@@ -136,12 +148,17 @@ class Core(CompiledCircuit):
     token_error: ClassVar[type] = CoreError
 
 
-def prompt_tokens(kernel, grid, block, args) -> list[str]:
-    """The launch and the whole program as the core's prompt (see the module docstring).
-    `kernel`: lowered, register-allocated machine code; refused by name (CoreError, or the
-    register file's / datapath program's errors): more than 16 threads per block, an instruction
-    that reads both a guard and selp's predicate, what the pieces refuse."""
-    from gpu_layers.interp.machine import program_for
+def prompt_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0) -> list[str]:
+    """The launch, the whole program and global memory as the core's prompt (see the module
+    docstring). `kernel`: lowered, register-allocated machine code; `outputs`: the buffer arguments
+    the dump returns. Refused by name (CoreError, or the register file's / datapath program's /
+    memory map's errors): more than 16 threads per block, an instruction that reads both a guard
+    and selp's predicate, what the pieces refuse."""
+    return _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)[0]
+
+
+def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
+    from gpu_layers.interp.machine import _shared_size, program_for
     from gpu_layers.machine.datapath_program import datapath_program
 
     nthreads = block[0] * block[1] * block[2]
@@ -150,9 +167,13 @@ def prompt_tokens(kernel, grid, block, args) -> list[str]:
         raise CoreError(f"{nthreads} threads per block: the machine core v0 runs up to {THREADS}")
     if not 1 <= nblocks <= C.MAX_BLOCKS:
         raise CoreError(f"{nblocks} blocks: the machine core v0 runs up to {C.MAX_BLOCKS}")
-    code = program_for(kernel).code
+    prog = program_for(kernel)
+    code = prog.code
     rp = R.program_of(kernel)
-    ops = datapath_program(kernel, rp.slots, grid, block, args)
+    mops = MM.memory_ops(kernel)
+    MM.check_shared(_shared_size(prog, dynamic_shared_bytes))
+    lay = MM.layout(args, list(outputs))
+    ops = datapath_program(kernel, rp.slots, grid, block, args, lay.offsets)
     out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
     for p, (ins, op) in enumerate(zip(code, ops)):
         dest = rp.dests[p]
@@ -164,12 +185,42 @@ def prompt_tokens(kernel, grid, block, args) -> list[str]:
             pq = tok_pq(op.guard, True, op.gneg)
         else:
             pq = tok_pq(op.p)
+        m = mops.get(p)
+        if m is not None:                  # the address: base + immediate (memunit.address_bits)
+            a = SRC_NONE if m.base is None else rp.slots[m.base]
+            po, imm = tok_po("mem", dst=dst), m.imm
+            b = rp.slots[m.value] if m.kind == "store" else SRC_NONE     # port b reads a store's value
+            ps, pm = tok_ps(a, b), tok_pm(m.kind, m.space, m.size)
+        else:
+            po = tok_po(op.op, op.width, dst) if op.op is not None else tok_po(None)
+            ps, imm, pm = tok_ps(op.a, op.b), op.imm, tok_pm(None)
         out += [f"<pa {p}>", C.control_word(ins, nthreads), R.tok_pd(*dest) if dest else R.tok_pd(None),
-                tok_po(op.op, op.width, dst) if op.op is not None else tok_po(None),
-                tok_ps(op.a, op.b), pq]
-        out += [f"<pi {k} {x:03x}>" for k, x in enumerate(_imm_chunks(op.imm)) if x]
+                po, ps, pq, pm]
+        out += [f"<pi {k} {x:03x}>" for k, x in enumerate(_imm_chunks(imm)) if x]
         out.append("<pe>")
-    return out
+    return out + MM.prompt_tokens(args, lay), lay, mops, rp
+
+
+def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0, step_budget=500_000):
+    """The core's whole sequence for one launch, from the oracle: (prompt, stream, layout, trace).
+    The stream is the protocol's (gpu_layers.machine.protocol.trace_tokens, the launch placed by
+    the memory map) with each memory group's ticks `<mt J>` before its `<g>`, then the dump."""
+    from gpu_layers.machine.protocol import trace_tokens
+
+    prompt, lay, mops, rp = _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)
+    tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
+                      buffer_offsets=lay.offsets)
+    toks, pc = [], None
+    for t in tr.tokens:
+        if t[0] == "wi":
+            pc = t[2]
+        if t[0] == "g" and pc in mops:
+            executed = [j for j in range(LANES) if (t[2] >> (2 * j)) & 2]
+            toks += [("mt", j) for j in MM.tick_lanes(executed)]
+        toks.append(t)
+    stream = stream_tokens(toks)
+    dumped = {i: tr.buffers[i] for i in lay.offsets}
+    return prompt, stream + MM.dump_tokens(dumped, lay), lay, tr
 
 
 def _imm_chunks(x: int) -> list[int]:
@@ -192,6 +243,8 @@ def stream_tokens(tokens) -> list[str]:
             out.append(tok_g(*t[1:]))
         elif k == "d":
             out.append(tok_d(*t[1:]))
+        elif k == "mt":
+            out.append(f"<mt {t[1]}>")
         elif k == "halt":
             out.append("<halt>")
         elif k in ("dump", "x"):
@@ -230,7 +283,32 @@ def build_core_fast(config, check: bool = True):
     return fm, {n: i for i, n in enumerate(names)}
 
 
-DATA_UNKNOWN = ("load", "atomic", "warp", "alu_unsupported")    # the memory unit's (teacher-forced)
+DATA_UNKNOWN = ("warp", "alu_unsupported")     # data the core does not compute (teacher-forced)
+
+
+def run_core(fm, ids: dict, prompt: list[str], want: list[str] | None = None, max_tokens: int = 2_000_000,
+             progress=None):
+    """Run a launch inside the model: feed the prompt, then the model's own greedy token at every
+    step, until it emits <end>. Returns (generated tokens, index of the first token that differs
+    from `want` (the oracle's stream) or None). With `want`, the run stops at the first difference.
+    progress(n) is called every 1,000 generated tokens."""
+    inv = {i: n for n, i in ids.items()}
+    st = fm.new_state()
+    nxt = None
+    for n in prompt:
+        nxt = fm.step(st, ids[n])
+    out = []
+    while len(out) < max_tokens:
+        tok = inv[nxt]
+        out.append(tok)
+        if want is not None and (len(out) > len(want) or tok != want[len(out) - 1]):
+            return out, len(out) - 1
+        if tok == "<end>":
+            return out, None
+        if progress is not None and len(out) % 1000 == 0:
+            progress(len(out))
+        nxt = fm.step(st, ids[tok])
+    raise CoreError(f"the launch did not end within {max_tokens} tokens")
 
 
 def check_core(fm, ids: dict, names: list[str], n_prompt: int, kinds: list[str]):
@@ -303,6 +381,7 @@ def core_circuit() -> Circuit:
     mode = {m: po.bit(PO_MODE + i) for i, m in enumerate(MODES)}
     orw = lsum((1 << i) * po.bit(PO_ORW + i) for i in range(7))
     dst_pred, dst_data = po.bit(PO_DST), po.bit(PO_DST + 1)
+    mu = MU.prompt_side(c, hot, waddr, raddr)
 
     # ---- the executing group K' (the control unit's first candidate): read addresses, issued
     # lanes, the gated immediate and special registers ---------------------------------------------
@@ -395,6 +474,16 @@ def core_circuit() -> Circuit:
         m.boolean(und, j, terms)
     m.build()
 
+    # ---- the memory unit: address bits, the served lane, the banks, the loaded word -----------
+    ad = MU.address_bits(c, [rfa[j] for j in range(LANES)], imm)
+    mo = MU.route(c, mu, hot, ex, ad, Bw, has_next)
+    ldw, ldu = MU.load_word(c, mo, MU.banks(c, mo, hot))
+    lwe = [mo.lwe.bit(j) for j in range(LANES)]
+    latch_m = B.memory(c, "latch_m", GROUPS, 64, nk, r.ck, [ldw] * LANES, we=lwe, reset=hot["blk"],
+                       lanes=LANES).outputs
+    latch_u = B.memory(c, "latch_u", GROUPS, 64, nk, nk, [ldw] * LANES, we=lwe, reset=hot["blk"],
+                       lanes=LANES, blank=ldu.bit(0)).outputs      # an undefined load: a blank word
+
     # ---- the ALU of each lane -------------------------------------------------------------------
     res, qres = [], []
     for j in range(LANES):
@@ -406,13 +495,18 @@ def core_circuit() -> Circuit:
     ev = c.new_field(dual("ev", LANES * 64))      # executed, defined, writes data: the value's bits
     pv = c.new_field(dual("pv", LANES))
     nx = c.new_field(dual("nx", 1))               # two or more lanes executed and it writes data
+    undm = c.new_field(dual("undm", LANES))       # a load lane whose word was never written
     m = MLPBuilder(c, "group_values")
     for j in range(LANES):
-        keep = ex.bit(j) - und.bit(j) + dst_data
+        # undefined: the ALU's poison rules, or a load's blank word (latch_u is written at every
+        # executing position of an ALU group, so only a load lane can read it unwritten)
+        undef = und.bit(j) + 1.0 - latch_u[j].present(0)
+        m.threshold(undm, j, ex.bit(j) - latch_u[j].present(0) - 0.5, 0.5)
+        keep = ex.bit(j) - undef + dst_data
         for i in range(64):
-            m.threshold(ev, LANES * 0 + 64 * j + i, keep + res[j].bit(i) - 2.5, 0.5)
-        m.boolean(pv, j, [(ex.bit(j) - und.bit(j) + qres[j].bit(0) - 1.5, 0.5, 1.0),
-                          (ex.bit(j) - und.bit(j) + dst_pred + res[j].bit(0) - qres[j].bit(0) - 2.5, 0.5, 1.0)])
+            m.threshold(ev, 64 * j + i, keep + res[j].bit(i) + latch_u[j].bit(i) - 2.5, 0.5)
+        m.boolean(pv, j, [(ex.bit(j) - undef + qres[j].bit(0) - 1.5, 0.5, 1.0),
+                          (ex.bit(j) - undef + dst_pred + res[j].bit(0) - qres[j].bit(0) - 2.5, 0.5, 1.0)])
     nexec = lsum(ex.bit(j) for j in range(LANES))
     m.threshold(nx, 0, nexec + 4.0 * dst_data - 5.5, 0.5)
     m.build()
@@ -442,7 +536,7 @@ def core_circuit() -> Circuit:
         return dsel.hot(NS) + lsum(dsel.hot(t) for t in range(s))
 
     def vbits(j, ch):
-        return [latch[j].bit(R.PAYLOAD * ch + b) for b in range(R.chunk_bits(ch))]
+        return [latch[j].bit(R.PAYLOAD * ch + b) + latch_m[j].bit(R.PAYLOAD * ch + b) for b in range(R.chunk_bits(ch))]
 
     def first(j):
         return E[j] - lsum(E[jj] for jj in range(j))
@@ -478,7 +572,7 @@ def core_circuit() -> Circuit:
                 if b >= R.chunk_bits(ch):
                     continue
                 s = R.CHUNKS * j + ch
-                v = latch[j].bit(R.PAYLOAD * ch + b)
+                v = latch[j].bit(R.PAYLOAD * ch + b) + latch_m[j].bit(R.PAYLOAD * ch + b)
                 terms.append((sel.bit(s) + v + (1.0 - S) - 2.5, 0.5, 1.0))
                 terms.append((sel.bit(ch) + v + S + first(j) - 3.5, 0.5, 1.0))
         m.boolean(xo, b, terms)
@@ -490,6 +584,9 @@ def core_circuit() -> Circuit:
     for name, inputs in R.pd_tokens():
         c.token(name, kind=K("pd"), **inputs)
     c.token(tok_po(None), kind=K("po"))
+    for di, dst in ((0, "none"), (2, "data")):
+        word = (1 << (PO_W + 2)) | ((1 << (PO_DST + 1)) if di else 0)
+        c.token(tok_po("mem", dst=dst), kind=K("po"), po_in=word)
     for op in ALU_OPS:
         for wi, w in enumerate(ALU_WIDTHS):
             for di, dst in enumerate(DSTS):
@@ -520,6 +617,7 @@ def core_circuit() -> Circuit:
         for x in range(1, 1 << R.chunk_bits(k)):
             c.token(f"<pi {k} {x:03x}>", kind=K("pi"), pic=k, pix9=x & 511, pix2=x >> 9)
     c.token("<pe>", kind=K("pe"))
+    _memory_tokens(c, K, mu, mo, ldw, hot)
     step = 1000.0 * has_next.bit(0)
     for k in range(G):
         for code in range(4 ** LANES):
@@ -536,7 +634,7 @@ def core_circuit() -> Circuit:
                     c.token(name, kind=K("g"), **C.g_inputs(f, k, issued, executed),
                             **R.g_inputs(k, lanes_rf, sf))
                     data = lsum(_pm((executed >> j) & 1, ex.bit(j)) + _pm((preds >> j) & 1, pv.bit(j))
-                                + _pm((u >> j) & 1, und.bit(j)) for j in range(LANES))
+                                + _pm((u >> j) & 1, und.bit(j) + undm.bit(j)) for j in range(LANES))
                     c.logit(name, step + C.g_logit(f, k, issued) + data + _pm(sf, same.bit(0)))
     emit = 2000.0 * more.bit(0)
     for j in range(LANES):
@@ -548,6 +646,39 @@ def core_circuit() -> Circuit:
                 c.logit(name, emit + 100.0 * sel.bit(s)
                         + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
     return c
+
+
+def _memory_tokens(c: Circuit, K, mu, mo, ldw, hot):
+    """The memory unit's vocabulary: <pm ..>, the prompt's words, the ticks and the dump."""
+    c.token(tok_pm(None), kind=K("pm"))
+    for kind in ("load", "store"):
+        for sp in MM.SPACES:
+            for size in (4, 8):
+                c.token(tok_pm(kind, sp, size), kind=K("pm"), pm_in=MU.pm_word(kind, sp, size))
+    for j in range(LANES):
+        c.token(f"<mt {j}>", kind=K("mt"), mtj=j)
+        c.logit(f"<mt {j}>", 1500.0 * mo.nt.bit(j))
+    for x in range(MM.WORDS + 1):
+        c.token(f"<nw {x}>", kind=K("nw"), nw_in=x)
+    for a in range(MM.WORDS):
+        c.token(f"<ma {a}>", kind=K("ma"), ma_in=a)
+    for k in range(3):
+        for x in range(0 if k == 2 else 1, 1 << MM.CHUNK_BITS[k]):
+            c.token(f"<mc{k} {x:03x}>", kind=K(f"mc{k}"), **{f"mc{k}_in": x})
+    nxc, dn, de = MU.dump_chunks(c, mu, hot, ldw)
+    for a in range(MM.WORDS):
+        c.token(f"<xa {a}>", kind=K("xa"), xa_in=a)
+        c.logit(f"<xa {a}>", 2000.0 * dn.bit(0) + lsum(_pm((a >> i) & 1, mu.nxa.bit(i)) for i in range(MU.WBITS)))
+    sh = 0
+    for k in range(3):
+        nb = MM.CHUNK_BITS[k]
+        for x in range(1, 1 << nb):
+            name = f"<xc {k} {x:03x}>"
+            c.token(name, kind=K("xc"), xcc=k)
+            c.logit(name, 2500.0 * nxc.bit(k) + lsum(_pm((x >> b) & 1, ldw.bit(sh + b)) for b in range(nb)))
+        sh += nb
+    c.token("<end>", kind=K("end"))
+    c.logit("<end>", 2000.0 * de.bit(0))
 
 
 def _pm(want: int, x: Lin) -> Lin:

@@ -104,11 +104,11 @@ def register_slots(kernel) -> dict[str, int]:
     return {n: i for i, n in enumerate(program_for(kernel).regbits)}
 
 
-def datapath_program(kernel, slots: dict[str, int], grid, block, args) -> list[DatapathOp]:
-    """One DatapathOp per machine PC of `kernel` for a launch (grid, block, args as
-    gpu_layers.interp.launch takes them). Raises DatapathError naming the instruction for a
+def datapath_program(kernel, slots: dict[str, int], grid, block, args, buffer_offsets=None) -> list[DatapathOp]:
+    """One DatapathOp per machine PC of `kernel` for a launch (grid, block, args and
+    buffer_offsets as gpu_layers.interp.launch takes them). Raises DatapathError naming the instruction for a
     register without a slot < 32 and for thread or block indices the datapath does not have."""
-    return [op for op, _ in _Decoder(kernel, slots, grid, block, args).run()]
+    return [op for op, _ in _Decoder(kernel, slots, grid, block, args, buffer_offsets).run()]
 
 
 def datapath_problems(kernel, slots, grid, block, args) -> list[str]:
@@ -131,7 +131,7 @@ def _mask(bits):
 
 
 class _Decoder:
-    def __init__(self, kernel, slots, grid, block, args):
+    def __init__(self, kernel, slots, grid, block, args, buffer_offsets=None):
         from gpu_layers.interp.machine import _bind_arguments, _dims, program_for
 
         self.kernel = kernel
@@ -141,7 +141,7 @@ class _Decoder:
         self.block = _dims(block, "block")
         self.nthreads = self.block[0] * self.block[1] * self.block[2]
         # the interpreter's own binding: the same parameter bytes and buffer addresses as launch
-        _, self.params, _ = _bind_arguments(kernel, self.prog, list(args))
+        _, self.params, _ = _bind_arguments(kernel, self.prog, list(args), buffer_offsets)
         self.regbits = self.prog.regbits
         self.ins = None
 

@@ -83,9 +83,10 @@ def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
 
 
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
-                 step_budget=None) -> Trace:
+                 step_budget=None, buffer_offsets=None) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).
-    outputs: indices of the buffer arguments to dump at the end (default: every buffer)."""
+    outputs: indices of the buffer arguments to dump at the end (default: every buffer);
+    buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
@@ -145,7 +146,7 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             state["phase"] ^= 1
 
     res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
-                 step_budget=step_budget, observer=observe)
+                 step_budget=step_budget, observer=observe, buffer_offsets=buffer_offsets)
     for i in (outputs if outputs is not None else range(len(res.buffers))):
         buf = res.buffers[i]
         if buf is None:

@@ -1,0 +1,249 @@
+"""The memory unit v0 of the machine core: global and shared memory in DeltaNet heads, one lane
+served per position, the prompt's buffers and the dump (gpu_layers/machine/memory_map.py gives the
+map and the oracle's side; docs/machine.md section 8).
+
+Stages (each a function here, wired by gpu_layers.machine.core.core_circuit):
+
+* `prompt_side`: the memory instruction word of each PC (`<pm ..>`, a banked program memory read
+  at the issue's PC), the prompt's word registers (`<ma A>`, `<mc0 X>`, `<mc1 X>`; `<mc2 X>`
+  commits), the dump's registers (`<nw N>`, `<xa A>`) and the dump's next address (A + 1, or 0
+  at `<halt>`) with its end flag (A + 1 >= N);
+* `address_bits`: bits 2..11 of each lane's address (base + immediate) in one MLP stage, a
+  threshold adder on the operands as the read ports deliver them (bit i of a sum of 12-bit
+  numbers is [v >= 2^i] - [v >= 2^(i+1)] + [v >= 3 2^i] of the partial sum v): the bank (bits
+  2..4) and the row (bits 5..11) without waiting for the ALU;
+* `route`: which lane is served here (the first executed lane at the executing position, lane J
+  at `<mt J>`), the next tick, and the one port every bank shares: the row (a served lane's, the
+  prompt word's, the dumped word's), the data for even and odd banks (a 64-bit store's high word
+  goes to the odd bank), per-bank write and read selects;
+* the heads: 8 banks of global memory (never reset) and 8 of shared memory (reset at `<blk>`), 128
+  rows of 32 bits each, all addressed by the shared row;
+* `load_word`: the served lane's loaded word (low word from its bank, high word from the next
+  bank) and whether it is undefined (a shared word never written; global memory is initialised);
+* `dump_chunks`: at `<xa>` / `<xc>` the next nonzero chunk of the dumped word, else the next
+  address, else `<end>`.
+
+One lane per position keeps the port single (no bank crossbar: a 4-lane crossbar of 16 banks
+needs about 5,000 threshold steps, one MLP holds 3,072), at the price of one `<mt>` token per
+further executed lane of a memory instruction.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gpu_layers.craft import blocks as B
+from gpu_layers.craft.blocks.base import MLPBuilder
+from gpu_layers.craft.fields import bits, dual, lsum, onehot
+from gpu_layers.machine import memory_map as MM
+from gpu_layers.machine.regfile import PCS
+
+LANES = 4
+PM_BITS = 4                  # ld, st, shared, size 8
+ABITS = 10                   # address bits 2..11 (bank 3 + row 7)
+WBITS = 10                   # machine word addresses (1024 words)
+NBITS = 11                   # N <= 1024
+KINDS = ("pm", "mt", "nw", "ma", "mc0", "mc1", "mc2", "xa", "xc", "end")
+BIG = 10.0
+
+
+def _lits(xbits, value: int, n: int):
+    """Sum of n literals that is n exactly when the 0/1 forms xbits[0..n) spell `value`."""
+    return lsum(xbits[i] if (value >> i) & 1 else 1.0 - xbits[i] for i in range(n))
+
+
+def pm_word(kind: str | None, space: str = "global", size: int = 4) -> int:
+    if kind is None:
+        return 0
+    return (1 if kind == "load" else 2) | ((space == "shared") << 2) | ((size == 8) << 3)
+
+
+def prompt_side(c, hot, waddr, raddr):
+    """Inputs, registers and the dump's next address (see the module docstring)."""
+    n = SimpleNamespace()
+    n.pm_in = c.input(bits("pm_in", PM_BITS), default=0)
+    n.mtj = c.input(onehot("mtj", LANES + 1), default=LANES)
+    n.nw_in = c.input(bits("nw_in", NBITS), default=0)
+    n.ma_in = c.input(bits("ma_in", WBITS), default=0)
+    n.mc_in = [c.input(bits(f"mc{k}_in", MM.CHUNK_BITS[k]), default=0) for k in range(3)]
+    n.xa_in = c.input(bits("xa_in", WBITS), default=0)
+    n.xcc = c.input(onehot("xcc", 4), default=3)
+    pm = B.banked_memory(c, "pm", PCS, PM_BITS, waddr, raddr, n.pm_in, we=hot["pm"]).outputs[0]
+    n.ld, n.st, n.sh, n.is8 = (pm.bit(i) for i in range(4))
+    n.mem = n.ld + n.st
+    nwords = B.memory(c, "nwords", 1, NBITS, 0, 0, n.nw_in, we=hot["nw"]).outputs[0]
+    n.maddr = B.memory(c, "maddr", 1, WBITS, 0, 0, n.ma_in, we=hot["ma"]).outputs[0]
+    n.mc = [B.memory(c, f"mc{k}r", 1, MM.CHUNK_BITS[k], 0, 0, n.mc_in[k], we=hot[f"mc{k}"],
+                     reset=hot["ma"]).outputs[0] for k in (0, 1)]
+    n.xcur = B.memory(c, "xcur", 1, WBITS, 0, 0, n.xa_in, we=hot["xa"]).outputs[0]
+    n.dumping = hot["xa"] + hot["xc"]            # a dumped word is read here
+    # the dump's next address and the end flag
+    n.nxa = c.new_field(dual("nxa", WBITS))
+    n.end = c.new_field(dual("dend", 1))
+    m = MLPBuilder(c, "dump_next")
+    x = [n.xcur.bit(i) for i in range(WBITS)]
+    halt = hot["halt"]
+    for i in range(WBITS):
+        low = lsum(x[:i])
+        m.boolean(n.nxa, i, [(BIG * (x[i] - 1.0) + (i - low) - 0.5 - BIG * halt, 0.5, 1.0),
+                             (-BIG * x[i] + low - i + 0.5 - BIG * halt, 0.5, 1.0)])
+    xv = lsum((1 << i) * x[i] for i in range(WBITS))
+    nv = lsum((1 << i) * nwords.bit(i) for i in range(NBITS))
+    m.boolean(n.end, 0, [(xv + 1.0 - nv + 0.5 - 4096.0 * halt, 0.5, 1.0),
+                         (-nv + 0.5 - 4096.0 * (1.0 - halt), 0.5, 1.0)])
+    m.build()
+    return n
+
+
+def address_bits(c, base, imm):
+    """Per lane, a dual field of address bits 2..11 of base + imm (base: the lane's register read,
+    gated to exact 0 when the address has no register; imm: the instruction's immediate)."""
+    out = []
+    m = MLPBuilder(c, "mem_address")
+    for j in range(LANES):
+        ad = c.new_field(dual(f"ad{j}", ABITS))
+        for i in range(2, 2 + ABITS):
+            v = lsum((1 << k) * (base[j].bit(k) + imm.bit(k)) for k in range(i + 1))
+            p = 1 << i
+            m.boolean(ad, i - 2, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
+                                  (v - (3 * p - 0.5), 0.5, 1.0)])
+        out.append(ad)
+    m.build()
+    return out
+
+
+def route(c, n, hot, ex, ad, val, has_next):
+    """The served lane, the next tick and the shared memory port (see the module docstring).
+    val: per lane, the 64 exact 0/1 forms of a store's value (read port b)."""
+    o = SimpleNamespace()
+    trace = hot["wi"] + hot["g"] + hot["d"] + hot["mt"]
+    tick = hot["mt"]
+    E = [ex.bit(j) for j in range(LANES)]
+    T = [E[j] - lsum(E[:j]) + n.mem - 1.5 - 2.0 * tick + 5.0 * n.mtj.hot(j) + BIG * (trace - 1.0)
+         for j in range(LANES)]                    # > 0 exactly when lane j is served here
+    o.srow = c.new_field(bits("srow", 7))
+    o.dlo = c.new_field(dual("dlo", 32))
+    o.dodd = c.new_field(dual("dodd", 32))
+    o.wuse = {sp: c.new_field(dual(f"wuse_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
+    o.rlo = {sp: c.new_field(dual(f"rlo_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
+    o.rhi = {sp: c.new_field(dual(f"rhi_{sp[0]}", MM.BANKS[sp] // 2)) for sp in MM.SPACES}
+    o.lwe = c.new_field(dual("lwe", LANES))
+    o.nt = c.new_field(dual("nt", LANES))
+    commit = hot["mc2"]
+    space = {"global": 1.0 - n.sh, "shared": n.sh}
+    m = MLPBuilder(c, "mem_route")
+
+    def served(j, *lits):                          # lane j served and every 0/1 literal form true
+        return T[j] + BIG * (lsum(lits) - len(lits)) if lits else T[j]
+
+    ab = [[ad[j].bit(i) for i in range(ABITS)] for j in range(LANES)]
+    maddr = [n.maddr.bit(i) for i in range(WBITS)]
+    xcur = [n.xcur.bit(i) for i in range(WBITS)]
+    for i in range(7):                             # global rows: address bits 5..11, shared: 4..10
+        m.boolean(o.srow, i, [(served(j, 1.0 - n.sh, ab[j][3 + i]), 0.5, 1.0) for j in range(LANES)]
+                  + [(served(j, n.sh, ab[j][2 + i]), 0.5, 1.0) for j in range(LANES)]
+                  + [(commit + maddr[3 + i] - 1.5, 0.5, 1.0), (n.dumping + xcur[3 + i] - 1.5, 0.5, 1.0)])
+    chunk_bits = [(k, b) for k in range(3) for b in range(MM.CHUNK_BITS[k])]
+    for i in range(32):
+        k, b = chunk_bits[i]
+        src = n.mc[k].bit(b) if k < 2 else n.mc_in[2].bit(b)
+        pr = (commit + src - 1.5, 0.5, 1.0)
+        lo = [(served(j, n.st, val[j].bit(i)), 0.5, 1.0) for j in range(LANES)]
+        m.boolean(o.dlo, i, lo + [pr])
+        odd = [(served(j, n.st, 1.0 - n.is8, val[j].bit(i)), 0.5, 1.0) for j in range(LANES)]
+        odd += [(served(j, n.st, n.is8, val[j].bit(32 + i)), 0.5, 1.0) for j in range(LANES)]
+        m.boolean(o.dodd, i, odd + [pr])
+    for sp in MM.SPACES:
+        nb = MM.BANKS[sp].bit_length() - 1         # bank bits
+        for b in range(MM.BANKS[sp]):
+            w = [(served(j, n.st, space[sp], *_bitlist(ab[j], b, nb)), 0.5, 1.0) for j in range(LANES)]
+            r = [(served(j, n.ld, space[sp], *_bitlist(ab[j], b, nb)), 0.5, 1.0) for j in range(LANES)]
+            if b % 2:
+                w += [(served(j, n.st, n.is8, space[sp], *_bitlist(ab[j], b - 1, nb)), 0.5, 1.0)
+                      for j in range(LANES)]
+                m.boolean(o.rhi[sp], b // 2, [(served(j, n.ld, n.is8, space[sp], *_bitlist(ab[j], b - 1, nb)),
+                                               0.5, 1.0) for j in range(LANES)])
+            if sp == "global":
+                w.append((commit + _lits(maddr, b, 3) - 3.5, 0.5, 1.0))
+                r.append((n.dumping + _lits(xcur, b, 3) - 3.5, 0.5, 1.0))
+            m.boolean(o.wuse[sp], b, w)
+            m.boolean(o.rlo[sp], b, r)
+    hn = has_next.bit(0)
+    for j in range(LANES):
+        m.boolean(o.lwe, j, [(hn - n.mem - 0.5, 0.5, 1.0), (BIG * (hn - 1.0) + T[j], 0.5, 1.0)])
+        base = BIG * (E[j] + n.mem + trace - tick - 3.0)
+        terms = [(base + lsum(E[:j]) - 0.5, 0.5, 1.0), (base + lsum(E[:j]) - 1.5, 0.5, -1.0)]
+        for J in range(j):
+            terms.append((n.mtj.hot(J) + E[j] + n.mem - lsum(E[J + 1:j]) - 2.5, 0.5, 1.0))
+        m.boolean(o.nt, j, terms)
+    m.build()
+    return o
+
+
+def _bitlist(xbits, value: int, n: int):
+    return [xbits[i] if (value >> i) & 1 else 1.0 - xbits[i] for i in range(n)]
+
+
+def banks(c, o, hot):
+    """The 16 heads: {space: [rail3 read of bank b]}."""
+    out = {}
+    for sp in MM.SPACES:
+        reads = []
+        for b in range(MM.BANKS[sp]):
+            data = o.dlo if b % 2 == 0 else o.dodd
+            reads.append(B.memory(c, f"{sp[0]}mem{b}", MM.ROWS, 32, o.srow, o.srow, data,
+                                  we=o.wuse[sp].bit(b),
+                                  reset=hot["blk"] if sp == "shared" else None).outputs[0])
+        out[sp] = reads
+    return out
+
+
+def load_word(c, o, reads):
+    """The served lane's loaded word (dual, 64 bits) and its undefined flag (dual, 1)."""
+    ldw = c.new_field(dual("ldw", 64))
+    ldu = c.new_field(dual("ldu", 1))
+    m = MLPBuilder(c, "mem_load")
+    for i in range(32):
+        m.boolean(ldw, i, [(o.rlo[sp].bit(b) + reads[sp][b].bit(i) - 1.5, 0.5, 1.0)
+                           for sp in MM.SPACES for b in range(MM.BANKS[sp])])
+        m.boolean(ldw, 32 + i, [(o.rhi[sp].bit(b // 2) + reads[sp][b].bit(i) - 1.5, 0.5, 1.0)
+                                for sp in MM.SPACES for b in range(1, MM.BANKS[sp], 2)])
+    sr = reads["shared"]
+    lo, hi = o.rlo["shared"], o.rhi["shared"]
+    terms = []
+    for b in range(MM.BANKS["shared"]):
+        terms.append((lo.bit(b) - 0.5, 0.5, 1.0))
+        terms.append((lo.bit(b) + sr[b].present(0) - 1.5, 0.5, -1.0))
+        if b % 2:
+            terms.append((hi.bit(b // 2) + sr[b].present(0) - 1.5, 0.5, -1.0))
+        else:
+            terms.append((lo.bit(b) + hi.bit(b // 2) + sr[b].present(0) + sr[b + 1].present(0) - 3.5, 0.5, 1.0))
+    m.boolean(ldu, 0, terms)
+    m.build()
+    return ldw, ldu
+
+
+def dump_chunks(c, n, hot, ldw):
+    """At the dump: nxc (dual 3, the next nonzero chunk), dn (next address), de (end)."""
+    nz = c.new_field(dual("dnz", 3))
+    m = MLPBuilder(c, "dump_nonzero")
+    sh = 0
+    for k in range(3):
+        m.threshold(nz, k, lsum(ldw.bit(sh + b) for b in range(MM.CHUNK_BITS[k])) - 0.5, 0.5)
+        sh += MM.CHUNK_BITS[k]
+    m.build()
+    nxc = c.new_field(dual("nxc", 3))
+    dn = c.new_field(dual("dn", 1))
+    de = c.new_field(dual("de", 1))
+    ind = {-1: hot["xa"], 0: n.xcc.hot(0), 1: n.xcc.hot(1), 2: n.xcc.hot(2)}
+    m = MLPBuilder(c, "dump_pick")
+    for k in range(3):
+        m.boolean(nxc, k, [(ind[cur] + nz.bit(k) - lsum(nz.bit(t) for t in range(cur + 1, k)) - 1.5, 0.5, 1.0)
+                           for cur in range(-1, k)])
+    end = n.end.bit(0)
+    rest = {cur: lsum(nz.bit(t) for t in range(cur + 1, 3)) for cur in range(-1, 3)}
+    m.boolean(dn, 0, [(ind[cur] - rest[cur] - end - 0.5, 0.5, 1.0) for cur in ind]
+              + [(hot["halt"] - end - 0.5, 0.5, 1.0)])
+    m.boolean(de, 0, [(ind[cur] - rest[cur] + end - 1.5, 0.5, 1.0) for cur in ind]
+              + [(hot["halt"] + end - 1.5, 0.5, 1.0)])
+    m.build()
+    return nxc, dn, de

@@ -1,0 +1,106 @@
+"""The memory unit's map (gpu_layers.machine.memory_map) and the interpreter's buffer offsets it
+relies on: buffers packed into the machine's 4 KB give the same results, prompt and dump tokens
+round-trip, the one-lane-per-position rule, refusals by name."""
+import numpy as np
+import pytest
+
+from gpu_layers.errors import LaunchError, OutOfBounds
+from gpu_layers.interp import Scalar, launch, module_for
+from gpu_layers.machine import allocate, lower
+from gpu_layers.machine import memory_map as MM
+from gpu_layers.suite import load_suite
+
+UNDER = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry under(.param .u64 p)
+{
+  .reg .b64 %rd<3>;
+  .reg .b32 %r<2>;
+  ld.param.u64 %rd1, [p];
+  cvta.to.global.u64 %rd2, %rd1;
+  ld.global.u32 %r1, [%rd2+-4];
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+"""
+
+
+def _suite(name):
+    return next(c for c in load_suite() if c.name == name)
+
+
+def _args(c):
+    return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
+
+
+def test_layout_packs_outputs_first_at_rows():
+    a, b, out = np.arange(5, dtype=np.int32), np.arange(9, dtype=np.int64), np.zeros(3, np.uint32)
+    lay = MM.layout([a, 7, b, out], outputs=[3])
+    assert lay.outputs == [3] and lay.offsets == {3: 0, 0: 32, 2: 64}
+    assert lay.dump_words == 3
+    with pytest.raises(MM.MemoryMapError, match="4096"):
+        MM.layout([np.zeros(1025, np.int32)], outputs=[0])
+
+
+def test_buffer_offsets_keep_results_and_bounds():
+    """A launch with the map's offsets computes the same buffers; an access below a buffer's
+    start (inside its 4 GiB window) is out of bounds; offsets are checked."""
+    c = _suite("shared_reverse")
+    k = module_for(c.ptx()).kernel(c.kernel)
+    ref = launch(k, c.grid, c.block, _args(c), c.dynamic_shared_bytes)
+    args = _args(c)
+    lay = MM.layout(args, [i for i, a in enumerate(c.args) if a.is_buffer and a.output])
+    got = launch(k, c.grid, c.block, args, c.dynamic_shared_bytes, buffer_offsets=lay.offsets)
+    for x, y in zip(ref.buffers, got.buffers):
+        assert (x is None and y is None) or x.tobytes() == y.tobytes()
+    under = module_for(UNDER).kernel("under")
+    buf = np.arange(4, dtype=np.uint32)
+    for off in (0, 32):               # below the start: outside the window, or inside it
+        with pytest.raises(OutOfBounds, match="outside|not inside"):
+            launch(under, 1, 1, [buf.copy()], buffer_offsets={0: off})
+    with pytest.raises(LaunchError, match="multiple of 16"):
+        launch(under, 1, 1, [buf.copy()], buffer_offsets={0: 8})
+
+
+def test_dump_and_prompt_tokens_round_trip():
+    rng = np.random.default_rng(1)
+    out = rng.integers(0, 2**32, 37, dtype=np.uint32)
+    out[3] = 0
+    inp = rng.integers(-2**63, 2**63 - 1, 5, dtype=np.int64)
+    args = [inp, out]
+    lay = MM.layout(args, [1])
+    toks = MM.dump_tokens({0: inp, 1: out}, lay)
+    assert toks[-1] == "<end>" and sum(t.startswith("<xa ") for t in toks) == 37
+    assert MM.decode_dump(toks, lay, {1: out})[1].tobytes() == out.tobytes()
+    prompt = MM.prompt_tokens(args, lay)
+    assert prompt[0] == "<nw 37>"
+    nonzero = sum(1 for x in out if x) + sum(1 for x in inp.view(np.uint32) if x)
+    assert sum(t.startswith("<ma ") for t in prompt) == sum(t.startswith("<mc2 ") for t in prompt) == nonzero
+    # the prompt's words, read back as the machine's memory, are the buffers
+    mem, cur = {}, None
+    for t in prompt[1:]:
+        kind, x = t[1:-1].split()
+        if kind == "ma":
+            cur = int(x)
+            mem[cur] = 0
+        else:
+            k = int(kind[2])
+            mem[cur] |= int(x, 16) << sum(MM.CHUNK_BITS[:k])
+    words = MM.words_of({0: inp, 1: out}, lay)
+    assert mem == {a: x for a, x in words.items() if x}
+
+
+def test_one_lane_per_position_and_banks():
+    assert MM.tick_lanes([3, 0, 2]) == [2, 3] and MM.tick_lanes([1]) == []
+    assert MM.bank_row("global", 0x7c) == (7, 3) and MM.bank_row("shared", 0x7c) == (3, 7)
+
+
+@pytest.mark.parametrize("name,why", [("exch_claim", "atomics"), ("crc32_bytes", "sub-word"),
+                                      ("rpn_eval", "local memory")])
+def test_refused_by_name(name, why):
+    c = _suite(name)
+    mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
+    with pytest.raises(MM.MemoryMapError, match=why):
+        MM.memory_ops(mk)
