@@ -59,11 +59,16 @@ def cmd_run(args) -> int:
     from gpu_layers.cases import load_case
     from gpu_layers.interp import run_case
 
-    if args.backend != "interp":
-        raise QwenGPUError(f"backend {args.backend!r} is not available yet (only 'interp')")
     case = load_case(args.case, name=args.name)
-    result = run_case(case, lanes=args.lanes, step_budget=args.step_budget)
-    print(outputs_to_bits_json(result.outputs) if args.bits else outputs_to_json(result.outputs))
+    if args.backend == "model":
+        from gpu_layers.machine.backend import run_case_model, stderr_progress
+
+        if args.lanes != 4:
+            raise QwenGPUError("the compiled machine has 4 lanes (--lanes 4)")
+        outputs, _ = run_case_model(case, max_tokens=args.max_tokens, progress=stderr_progress)
+    else:
+        outputs = run_case(case, lanes=args.lanes, step_budget=args.step_budget).outputs
+    print(outputs_to_bits_json(outputs) if args.bits else outputs_to_json(outputs))
     return 0
 
 
@@ -104,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(values; NaN/inf as the strings \"nan\", \"inf\", \"-inf\"; --bits: raw hex bits)")
     s.add_argument("case", help="a case JSON file (one case, or a list of cases with --name)")
     s.add_argument("--name", help="which case, when the file holds several")
-    s.add_argument("--backend", default="interp", choices=["interp"])
+    s.add_argument("--backend", default="interp", choices=["interp", "model"],
+                   help="interp: the reference interpreter; model: inside the compiled machine core (fast "
+                        "executor; compiled on first use and cached, see gpu_layers/machine/backend.py)")
+    s.add_argument("--max-tokens", type=int, default=5_000_000,
+                   help="model backend: machine-token budget (default 5,000,000)")
     s.add_argument("--lanes", type=int, default=4, help="machine lanes (default 4)")
     s.add_argument("--step-budget", type=int, default=None, help="max warp-instruction steps")
     s.add_argument("--bits", action="store_true",

@@ -74,13 +74,15 @@ def test_dump_and_prompt_tokens_round_trip():
     toks = MM.dump_tokens({0: inp, 1: out}, lay)
     assert toks[-1] == "<end>" and sum(t.startswith("<xa ") for t in toks) == 37
     assert MM.decode_dump(toks, lay, {1: out})[1].tobytes() == out.tobytes()
-    prompt = MM.prompt_tokens(args, lay)
-    assert prompt[0] == "<nw 37>"
+    prompt = MM.prompt_tokens(args, lay, shared_bytes=64)
+    assert prompt[:2] == ["<nw 37>", "<ss 16>"]
+    assert prompt[2:8] == ["<mbk 0>", "<mbl 40>", "<mbh 50>", "<mbk 1>", "<mbl 0>", "<mbh 37>"]
+    prompt = prompt[8:]
     nonzero = sum(1 for x in out if x) + sum(1 for x in inp.view(np.uint32) if x)
     assert sum(t.startswith("<ma ") for t in prompt) == sum(t.startswith("<mc2 ") for t in prompt) == nonzero
     # the prompt's words, read back as the machine's memory, are the buffers
     mem, cur = {}, None
-    for t in prompt[1:]:
+    for t in prompt:
         kind, x = t[1:-1].split()
         if kind == "ma":
             cur = int(x)
@@ -104,3 +106,65 @@ def test_refused_by_name(name, why):
     mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
     with pytest.raises(MM.MemoryMapError, match=why):
         MM.memory_ops(mk)
+
+
+OVER = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry over(.param .u64 p, .param .u64 q)
+{
+  .reg .b64 %rd<6>;
+  .reg .b32 %r<3>;
+  ld.param.u64 %rd1, [p];
+  ld.param.u64 %rd2, [q];
+  cvta.to.global.u64 %rd3, %rd1;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd4, %r1, 16;
+  add.s64 %rd5, %rd3, %rd4;
+  st.global.u32 [%rd5], %r1;
+  ret;
+}
+"""
+
+
+def _core_launch(ptx, name, args, block):
+    from gpu_layers.machine.core import launch_tokens
+
+    mk, _ = allocate(lower(module_for(ptx).kernel(name)))
+    return launch_tokens(mk, (1, 1, 1), (block, 1, 1), args, [0])
+
+
+def test_faults_end_the_stream_at_the_faulting_lane():
+    """Lane 1 stores past its 16-byte buffer, into the padding before the next buffer's row: the
+    interpreter refuses it, and the machine's stream serves lane 0, ticks to lane 1 and ends
+    with <fault> (no dump). Reading 4 bytes below a buffer's start faults at the first lane."""
+    p, q = np.zeros(4, np.uint32), np.arange(8, dtype=np.uint32)
+    with pytest.raises(OutOfBounds):
+        launch(module_for(OVER).kernel("over"), 1, 4, [p.copy(), q.copy()])
+    _, stream, _, tr = _core_launch(OVER, "over", [p, q], 4)
+    assert stream[-3].startswith("<wi ") and stream[-2:] == ["<mt 1>", "<fault>"] and tr.buffers is None
+    assert not any(t.startswith("<xa ") for t in stream)
+    _, stream, _, _ = _core_launch(UNDER, "under", [np.arange(4, dtype=np.uint32)], 1)
+    assert stream[-2].startswith("<wi ") and stream[-1] == "<fault>"
+
+
+def test_in_bounds_accesses_pass_the_machine_rule():
+    """Every access of the suite's kernels that the memory unit runs passes access_ok (the
+    oracle would end their streams with <fault> otherwise)."""
+    from gpu_layers.errors import QwenGPUError
+    from gpu_layers.machine.core import launch_tokens
+
+    ran = 0
+    for name in ("shared_reverse", "add128", "lower_bound_search", "var_shifts", "isqrt_u32"):
+        c = _suite(name)
+        mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
+        try:
+            _, stream, _, _ = launch_tokens(mk, c.grid, c.block, _args(c),
+                                            [i for i, a in enumerate(c.args) if a.is_buffer and a.output],
+                                            c.dynamic_shared_bytes)
+        except QwenGPUError:
+            continue
+        assert stream[-1] == "<end>"
+        ran += 1
+    assert ran >= 4

@@ -226,14 +226,16 @@ class _Config:
 
 
 def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: int = 4,
-           step_budget: int | None = None, trace: bool = False, observer=None,
+           step_budget: int | None = None, trace: bool = False, observer=None, before=None,
            buffer_offsets=None) -> LaunchResult:
     """Run one launch of `kernel` (a Kernel, or a Module with one kernel).
 
     args, in .param order: a numpy array is a global buffer (its pointer is passed); a `Scalar`,
     Python int or float is a scalar. Buffers are copied; the results are in `.buffers`.
     observer(warp, decoded instruction, pc, active lanes, lanes that executed it), if given, is
-    called after every step (the machine-level oracle reads write-backs through it).
+    called after every step (the machine-level oracle reads write-backs through it); before(warp,
+    decoded instruction, pc, active lanes, lanes whose guard holds), if given, just before a step
+    executes (the memory map checks the machine's bounds there; it may raise to stop the launch).
     buffer_offsets: {argument index: bytes} added to that buffer's address (a multiple of 16 below
     2**31; default 0): where a machine that packs every buffer into one small memory puts it.
     """
@@ -249,6 +251,7 @@ def launch(kernel, grid, block, args, dynamic_shared_bytes: int = 0, *, lanes: i
     glob, param_region, buf_regions = _bind_arguments(kernel, prog, args, buffer_offsets)
     run = _Run(prog, cfg, trace)
     run.observer = observer
+    run.before = before
     for bid in range(cfg.nblocks):
         run.block(_make_block(prog, cfg, bid, glob, param_region))
     return run.result(_read_buffers(buf_regions, len(args)))
@@ -403,6 +406,7 @@ class _Run:
         self.trace = [] if trace else None
         self.group_cache = {}
         self.observer = None
+        self.before = None
 
     def result(self, buffers) -> LaunchResult:
         _flush(self.hasher, self.tbuf)
@@ -450,6 +454,8 @@ class _Run:
             self.trace.append((W.block_id, W.index, pc, amask))
         ins = code[pc]
         exe = _guarded(W, ins, active)
+        if self.before is not None:
+            self.before(W, ins, pc, active, exe)
         kind = ins.kind
         done = exe
         if kind == "op":

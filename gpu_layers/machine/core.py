@@ -1,12 +1,17 @@
-"""The machine core v0: control unit, register file, operand fetch, ALU and emitter in one circuit.
+"""The machine core: control unit, register file, operand fetch, ALU, memory unit and emitter in
+one circuit. A kernel runs inside the model.
 
-The model predicts the whole trace of an integer kernel's ALU work itself: every control token
-(gpu_layers.machine.control), every `<g K L U S>` in full (which lanes executed: the guard read
-from the register file; predicate results: the ALU's; undefined lanes: the interpreter's poison
-rules; S: every executed lane writes the same value) and every `<d>` token of an instruction the
-ALU computes. Loads, stores and atomics need the memory unit (not built yet): for those the `<d>`
-tokens and the value-dependent parts of `<g>` are given (teacher forcing) and `check_core` does
-not count them (it says how many it skipped).
+From the prompt (the program, the launch, global memory) the model generates the whole trace
+itself: every control token (gpu_layers.machine.control), every `<g K L U S>` in full (which
+lanes executed: the guard read from the register file; predicate results: the ALU's; undefined
+lanes: the interpreter's poison rules, or a shared word never written; S: every executed lane
+writes the same value), every `<d>` token (the ALU's result or the loaded word), the memory
+unit's ticks `<mt J>` (gpu_layers.machine.memunit: one lane served per position), and after
+`<halt>` the dump of the output buffers (`<xa A>` `<xc C X>` .. `<end>`), from which
+memory_map.decode_dump reads the outputs. `launch_tokens` gives the oracle's whole sequence,
+`run_core` makes the model generate it; warp-synchronous instructions' data is the one thing
+the core does not compute (check_core teacher-forces it; they are refused by the register file
+or lowering in practice).
 
 Where a step executes (docs/machine.md section 2): group K' of an issue executes at the position
 that predicts its `<g K' ..>` token, i.e. at the issue's `<wi>` or at the previous group's last
@@ -27,18 +32,22 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
 
   <pa P> <pc ..> <pd ..>   control word, destination (the control unit, the register file)
   <po OP wW DST>           ALU operation (alu.ALU_OPS) and width; DST none | pred | data;
-  <po none>                not an ALU instruction (memory, control)
-  <ps A B>                 operand codes: register slot 0..31, none, imm, tid, ctaid
+  <po mem DST>             a memory instruction (no ALU operation); <po none>: control
+  <pm ..>                  the memory instruction word (memory_map; <pm none> otherwise)
+  <ps A B>                 operand codes: register slot 0..31, none, imm, tid, ctaid (a memory
+                           instruction: A the address register, B a store's value register)
   <pq Q G N> / <pq none>   the predicate register read (slot Q), G = 1: it is the guard, N: negated
   <pi C X>                 chunk C (11 bits) of the immediate (zero chunks absent)
   <pe>                     the instruction's fields are complete: commits the immediate
 
-Scope v0: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer
-ALU work; the dump of output buffers is the memory unit's (the stream ends with <halt>).
+then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 
-For Qwen3.5-2B's shapes: 17 layers, W 8,808, 70,016 tokens. The dense stock model would need
-about 22 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor, and
-`check_core` / scripts/machine_core.py compare its predictions with the oracle's stream.
+Scope: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer ALU
+work, the memory unit v0's accesses (memory_map); everything else is refused by name.
+
+For Qwen3.5-2B's shapes: 15 layers, W 11,295, 83,340 tokens. The dense stock model would need
+about 30 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor;
+scripts/machine_core.py runs kernels in it.
 """
 from __future__ import annotations
 
@@ -144,7 +153,7 @@ class _OneHot:
 
 @dataclass
 class Core(CompiledCircuit):
-    label: ClassVar[str] = "the machine core v0"
+    label: ClassVar[str] = "the machine core"
     token_error: ClassVar[type] = CoreError
 
 
@@ -171,7 +180,8 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
     code = prog.code
     rp = R.program_of(kernel)
     mops = MM.memory_ops(kernel)
-    MM.check_shared(_shared_size(prog, dynamic_shared_bytes))
+    shared_bytes = _shared_size(prog, dynamic_shared_bytes)
+    MM.check_shared(shared_bytes)
     lay = MM.layout(args, list(outputs))
     ops = datapath_program(kernel, rp.slots, grid, block, args, lay.offsets)
     out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
@@ -198,20 +208,37 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
                 po, ps, pq, pm]
         out += [f"<pi {k} {x:03x}>" for k, x in enumerate(_imm_chunks(imm)) if x]
         out.append("<pe>")
-    return out + MM.prompt_tokens(args, lay), lay, mops, rp
+    return out + MM.prompt_tokens(args, lay, shared_bytes), lay, mops, shared_bytes
 
 
 def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0, step_budget=500_000):
     """The core's whole sequence for one launch, from the oracle: (prompt, stream, layout, trace).
     The stream is the protocol's (gpu_layers.machine.protocol.trace_tokens, the launch placed by
-    the memory map) with each memory group's ticks `<mt J>` before its `<g>`, then the dump."""
+    the memory map) with each memory group's ticks `<mt J>` before its `<g>`, then the dump; or,
+    when a lane's access breaks the memory map's bounds (memory_map.access_ok), the trace up to
+    that lane's service and `<fault>`."""
+    from gpu_layers.interp.machine import program_for
     from gpu_layers.machine.protocol import trace_tokens
 
-    prompt, lay, mops, rp = _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)
+    prompt, lay, mops, shared_bytes = _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)
+    col = program_for(kernel).regcol
+
+    def fault(W, pc, exe):
+        m = mops.get(pc)
+        if m is None:
+            return None
+        base = W.R[col[m.base]] if m.base is not None else None
+        return next((l for l in sorted(exe) if not MM.access_ok(m, base[l] if base else 0, lay,
+                                                                shared_bytes // 4)), None)
+
     tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
-                      buffer_offsets=lay.offsets)
+                      buffer_offsets=lay.offsets, fault=fault)
     toks, pc = [], None
     for t in tr.tokens:
+        if t[0] == "fault":                     # the faulting lane's ticks, then <fault>: no dump
+            _, k, j, executed = t
+            return prompt, stream_tokens(toks) + [f"<mt {x}>" for x in MM.tick_lanes(executed) if x <= j] \
+                + ["<fault>"], lay, tr
         if t[0] == "wi":
             pc = t[2]
         if t[0] == "g" and pc in mops:
@@ -267,7 +294,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 22 GB at W 8,808 and 17 layers in fp32)."""
+    Needs the memory of the dense weights (about 30 GB at W 11,295 and 15 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
@@ -289,7 +316,8 @@ DATA_UNKNOWN = ("warp", "alu_unsupported")     # data the core does not compute 
 def run_core(fm, ids: dict, prompt: list[str], want: list[str] | None = None, max_tokens: int = 2_000_000,
              progress=None):
     """Run a launch inside the model: feed the prompt, then the model's own greedy token at every
-    step, until it emits <end>. Returns (generated tokens, index of the first token that differs
+    step, until it emits <end> (or <fault>: an access outside the memory map). Returns (generated
+    tokens, index of the first token that differs
     from `want` (the oracle's stream) or None). With `want`, the run stops at the first difference.
     progress(n) is called every 1,000 generated tokens."""
     inv = {i: n for n, i in ids.items()}
@@ -303,7 +331,7 @@ def run_core(fm, ids: dict, prompt: list[str], want: list[str] | None = None, ma
         out.append(tok)
         if want is not None and (len(out) > len(want) or tok != want[len(out) - 1]):
             return out, len(out) - 1
-        if tok == "<end>":
+        if tok in ("<end>", "<fault>"):
             return out, None
         if progress is not None and len(out) % 1000 == 0:
             progress(len(out))
@@ -475,8 +503,9 @@ def core_circuit() -> Circuit:
     m.build()
 
     # ---- the memory unit: address bits, the served lane, the banks, the loaded word -----------
-    ad = MU.address_bits(c, [rfa[j] for j in range(LANES)], imm)
+    ad, al, kb = MU.address_bits(c, [rfa[j] for j in range(LANES)], imm)
     mo = MU.route(c, mu, hot, ex, ad, Bw, has_next)
+    flt = MU.bounds(c, mu, hot, mo, ad, al, kb, [rfa[j] for j in range(LANES)], imm)
     ldw, ldu = MU.load_word(c, mo, MU.banks(c, mo, hot))
     lwe = [mo.lwe.bit(j) for j in range(LANES)]
     latch_m = B.memory(c, "latch_m", GROUPS, 64, nk, r.ck, [ldw] * LANES, we=lwe, reset=hot["blk"],
@@ -617,7 +646,7 @@ def core_circuit() -> Circuit:
         for x in range(1, 1 << R.chunk_bits(k)):
             c.token(f"<pi {k} {x:03x}>", kind=K("pi"), pic=k, pix9=x & 511, pix2=x >> 9)
     c.token("<pe>", kind=K("pe"))
-    _memory_tokens(c, K, mu, mo, ldw, hot)
+    _memory_tokens(c, K, mu, mo, ldw, hot, flt)
     step = 1000.0 * has_next.bit(0)
     for k in range(G):
         for code in range(4 ** LANES):
@@ -648,7 +677,7 @@ def core_circuit() -> Circuit:
     return c
 
 
-def _memory_tokens(c: Circuit, K, mu, mo, ldw, hot):
+def _memory_tokens(c: Circuit, K, mu, mo, ldw, hot, flt):
     """The memory unit's vocabulary: <pm ..>, the prompt's words, the ticks and the dump."""
     c.token(tok_pm(None), kind=K("pm"))
     for kind in ("load", "store"):
@@ -679,6 +708,16 @@ def _memory_tokens(c: Circuit, K, mu, mo, ldw, hot):
         sh += nb
     c.token("<end>", kind=K("end"))
     c.logit("<end>", 2000.0 * de.bit(0))
+    for x in range(MM.CAPACITY["shared"] // 4 + 1):
+        c.token(f"<ss {x}>", kind=K("ss"), ss_in=x)
+    for k in range(16):
+        c.token(f"<mbk {k}>", kind=K("mbk"), mbk_in=k)
+    for x in range(MM.WORDS):
+        c.token(f"<mbl {x}>", kind=K("mbl"), mbl_in=x)
+    for x in range(MM.WORDS + 1):
+        c.token(f"<mbh {x}>", kind=K("mbh"), mbh_in=x)
+    c.token("<fault>", kind=K("fault"))
+    c.logit("<fault>", 5000.0 * lsum(flt.bit(i) for i in range(flt.n)))
 
 
 def _pm(want: int, x: Lin) -> Lin:

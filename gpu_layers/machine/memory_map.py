@@ -32,6 +32,17 @@ Dump (after `<halt>`): for A = 0 .. N - 1, `<xa A>` and the word's nonzero chunk
 then `<end>`. Output buffers come first in the layout, so the dump covers exactly them (and the
 padding between them); `decode_dump` reads the output buffers back from these tokens alone.
 
+Bounds (`access_ok`, the circuit's exact rule): a served lane whose access the machine refuses
+makes the model emit `<fault>` at that position, and the run ends. With B the base register, I
+the immediate, c the carry out of bit 11 of their low 12 bits and w the word (bits 2..11 of
+B + I): a global access needs B's bit 36 set, bits 37..63 and 12..31 clear, I >> 12 all zeros
+(c = 0) or all ones (c = 1), alignment, and lo_k <= w (+1 for 8 bytes) < hi_k for the buffer k =
+bits 32..35 of B (the prompt's table, `<mbk K> <mbl L> <mbh H>`); a shared access needs B < 4096,
+I >> 12 the window's (c = 0) or one less (c = 1), alignment, and w (+1) below the shared words
+(`<ss S>`). Every in-bounds access of the suite passes; what fails is out of bounds in the
+interpreter too, except a base register more than 4 KB away from the address it reaches
+(refused, never run wrongly).
+
 Scope v0 (`MemoryMapError` names what is refused): scalar ld/st of 4 or 8 bytes, .global or
 .shared, into / from a register of the same width; no local memory, generic addresses, vector
 accesses, sub-word accesses or atomics; up to 4 KB of buffers and 2 KB of shared memory.
@@ -76,6 +87,7 @@ class Layout:
     sizes: dict               # {argument index: bytes}
     outputs: list             # argument indices dumped, in layout order
     dump_words: int           # N: words 0 .. N - 1 are dumped
+    table: dict = None        # {buffer number k (k-th buffer argument): (lo, hi) word range}
 
 
 def memory_ops(kernel) -> dict:
@@ -145,7 +157,10 @@ def layout(args, outputs) -> Layout:
     if at > CAPACITY["global"]:
         raise MemoryMapError(f"the buffers need {at} bytes of global memory: the memory unit v0 holds "
                              f"{CAPACITY['global']}")
-    return Layout(offsets, sizes, [i for i in order if i in outputs], -(-dump_end // 4))
+    table = {k: (offsets[i] // 4, (offsets[i] + sizes[i]) // 4) for k, i in enumerate(bufs)}
+    if len(bufs) > 16:
+        raise MemoryMapError(f"{len(bufs)} buffer arguments: the memory unit v0 holds 16")
+    return Layout(offsets, sizes, [i for i in order if i in outputs], -(-dump_end // 4), table)
 
 
 def check_shared(shared_bytes: int):
@@ -158,6 +173,33 @@ def bank_row(space: str, addr: int) -> tuple[int, int]:
     """(bank, row) of the word at byte address addr (its low 12 bits) in `space`."""
     nb = BANKS[space]
     return (addr >> 2) % nb, (addr >> (2 + nb.bit_length() - 1)) % ROWS
+
+
+SHARED_HI = SHARED_WINDOW >> 12
+HI_ONES = (1 << 52) - 1
+
+
+def access_ok(op: MemOp, base: int, lay: Layout, shared_words: int) -> bool:
+    """Whether the machine serves this access (the circuit's rule, module docstring): base is the
+    base register's value (0 without one)."""
+    imm = op.imm
+    lo12 = (base & 4095) + (imm & 4095)
+    c, x = lo12 >> 12, lo12 & 4095
+    ih = imm >> 12
+    w = x >> 2
+    span = op.size // 4 - 1
+    if x % op.size:
+        return False
+    if op.space == "global":
+        if base >> 36 != 1 or (base >> 12) & 0xFFFFF:
+            return False
+        if (ih, c) not in ((0, 0), (HI_ONES, 1)):
+            return False
+        lo, hi = lay.table.get((base >> 32) & 15, (0, 0))
+        return lo <= w and w + span < hi
+    if base >> 12 or (ih, c) not in ((SHARED_HI, 0), (SHARED_HI - 1, 1)):
+        return False
+    return w + span < shared_words
 
 
 def tick_lanes(executed: list) -> list:
@@ -182,10 +224,13 @@ def chunks(x: int) -> list[int]:
     return out
 
 
-def prompt_tokens(args, lay: Layout) -> list[str]:
-    """`<nw N>` and the nonzero words of the launch's buffers (see the module docstring)."""
+def prompt_tokens(args, lay: Layout, shared_bytes: int = 0) -> list[str]:
+    """`<nw N>`, `<ss S>`, the buffer table and the nonzero words of the launch's buffers (see the
+    module docstring)."""
     words = words_of({i: args[i] for i in lay.offsets}, lay)
-    out = [f"<nw {lay.dump_words}>"]
+    out = [f"<nw {lay.dump_words}>", f"<ss {shared_bytes // 4}>"]
+    for k, (lo, hi) in lay.table.items():
+        out += [f"<mbk {k}>", f"<mbl {lo}>", f"<mbh {hi}>"]
     for a, x in words.items():
         if not x:
             continue

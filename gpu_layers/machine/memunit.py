@@ -42,7 +42,8 @@ PM_BITS = 4                  # ld, st, shared, size 8
 ABITS = 10                   # address bits 2..11 (bank 3 + row 7)
 WBITS = 10                   # machine word addresses (1024 words)
 NBITS = 11                   # N <= 1024
-KINDS = ("pm", "mt", "nw", "ma", "mc0", "mc1", "mc2", "xa", "xc", "end")
+KINDS = ("pm", "mt", "nw", "ma", "mc0", "mc1", "mc2", "xa", "xc", "end", "ss", "mbk", "mbl", "mbh", "fault")
+SBITS = 10                   # shared words <= 512
 BIG = 10.0
 
 
@@ -67,6 +68,10 @@ def prompt_side(c, hot, waddr, raddr):
     n.mc_in = [c.input(bits(f"mc{k}_in", MM.CHUNK_BITS[k]), default=0) for k in range(3)]
     n.xa_in = c.input(bits("xa_in", WBITS), default=0)
     n.xcc = c.input(onehot("xcc", 4), default=3)
+    n.ss_in = c.input(bits("ss_in", SBITS), default=0)
+    n.mbk_in = c.input(bits("mbk_in", 4), default=0)
+    n.mbl_in = c.input(bits("mbl_in", WBITS), default=0)
+    n.mbh_in = c.input(bits("mbh_in", NBITS), default=0)
     pm = B.banked_memory(c, "pm", PCS, PM_BITS, waddr, raddr, n.pm_in, we=hot["pm"]).outputs[0]
     n.ld, n.st, n.sh, n.is8 = (pm.bit(i) for i in range(4))
     n.mem = n.ld + n.st
@@ -75,6 +80,9 @@ def prompt_side(c, hot, waddr, raddr):
     n.mc = [B.memory(c, f"mc{k}r", 1, MM.CHUNK_BITS[k], 0, 0, n.mc_in[k], we=hot[f"mc{k}"],
                      reset=hot["ma"]).outputs[0] for k in (0, 1)]
     n.xcur = B.memory(c, "xcur", 1, WBITS, 0, 0, n.xa_in, we=hot["xa"]).outputs[0]
+    n.sw = B.memory(c, "swords", 1, SBITS, 0, 0, n.ss_in, we=hot["ss"]).outputs[0]
+    n.mbk = B.memory(c, "mbk", 1, 4, 0, 0, n.mbk_in, we=hot["mbk"]).outputs[0]
+    n.mbl = B.memory(c, "mbl", 1, WBITS, 0, 0, n.mbl_in, we=hot["mbl"]).outputs[0]
     n.dumping = hot["xa"] + hot["xc"]            # a dumped word is read here
     # the dump's next address and the end flag
     n.nxa = c.new_field(dual("nxa", WBITS))
@@ -95,20 +103,30 @@ def prompt_side(c, hot, waddr, raddr):
 
 
 def address_bits(c, base, imm):
-    """Per lane, a dual field of address bits 2..11 of base + imm (base: the lane's register read,
-    gated to exact 0 when the address has no register; imm: the instruction's immediate)."""
-    out = []
+    """Per lane: a dual field of address bits 2..11 of base + imm (base: the lane's register read,
+    gated to exact 0 when the address has no register; imm: the instruction's immediate), a dual
+    field of (bit 0, bit 1, the carry out of bit 11) and a bits field of base bits 32..35 (the
+    buffer number)."""
+    out, aux, kb = [], [], []
     m = MLPBuilder(c, "mem_address")
     for j in range(LANES):
         ad = c.new_field(dual(f"ad{j}", ABITS))
-        for i in range(2, 2 + ABITS):
+        al = c.new_field(dual(f"al{j}", 3))
+        k = c.new_field(bits(f"kb{j}", 4))
+        for i in range(12):
             v = lsum((1 << k) * (base[j].bit(k) + imm.bit(k)) for k in range(i + 1))
             p = 1 << i
-            m.boolean(ad, i - 2, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
-                                  (v - (3 * p - 0.5), 0.5, 1.0)])
+            f, at = (ad, i - 2) if i >= 2 else (al, i)
+            m.boolean(f, at, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
+                              (v - (3 * p - 0.5), 0.5, 1.0)])
+        m.threshold(al, 2, v - (4096 - 0.5), 0.5)
+        for i in range(4):
+            m.threshold(k, i, base[j].bit(32 + i) - 0.5, 0.5)
         out.append(ad)
+        aux.append(al)
+        kb.append(k)
     m.build()
-    return out
+    return out, aux, kb
 
 
 def route(c, n, hot, ex, ad, val, has_next):
@@ -127,6 +145,7 @@ def route(c, n, hot, ex, ad, val, has_next):
     o.rlo = {sp: c.new_field(dual(f"rlo_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
     o.rhi = {sp: c.new_field(dual(f"rhi_{sp[0]}", MM.BANKS[sp] // 2)) for sp in MM.SPACES}
     o.lwe = c.new_field(dual("lwe", LANES))
+    o.srv = c.new_field(dual("srv", LANES))
     o.nt = c.new_field(dual("nt", LANES))
     commit = hot["mc2"]
     space = {"global": 1.0 - n.sh, "shared": n.sh}
@@ -169,6 +188,7 @@ def route(c, n, hot, ex, ad, val, has_next):
             m.boolean(o.rlo[sp], b, r)
     hn = has_next.bit(0)
     for j in range(LANES):
+        m.threshold(o.srv, j, T[j], 0.5)
         m.boolean(o.lwe, j, [(hn - n.mem - 0.5, 0.5, 1.0), (BIG * (hn - 1.0) + T[j], 0.5, 1.0)])
         base = BIG * (E[j] + n.mem + trace - tick - 3.0)
         terms = [(base + lsum(E[:j]) - 0.5, 0.5, 1.0), (base + lsum(E[:j]) - 1.5, 0.5, -1.0)]
@@ -247,3 +267,41 @@ def dump_chunks(c, n, hot, ldw):
               + [(hot["halt"] + end - 1.5, 0.5, 1.0)])
     m.build()
     return nxc, dn, de
+
+
+def bounds(c, n, hot, o, ad, al, kb, base, imm):
+    """`flt`: one dual bit per (lane, violated condition of memory_map.access_ok) for the lane
+    served here (the buffer table: one copy per lane, each lane looks up its own buffer number).
+    The `<fault>` logit weighs their sum: several can hold at once."""
+    table = [B.memory(c, f"btab{j}", 16, WBITS + NBITS, n.mbk, kb[j], [[n.mbl, n.mbh_in]],
+                      we=hot["mbh"]).outputs[0] for j in range(LANES)]
+    m = MLPBuilder(c, "mem_bounds")
+    G = 2048.0
+    wh = MM.SHARED_WINDOW >> 12
+    terms = []
+    for j in range(LANES):
+        B_ = [base[j].bit(i) for i in range(64)]
+        I_hi = [imm.bit(i) for i in range(12, 64)]
+        car = al[j].bit(2)
+        w = lsum((1 << i) * ad[j].bit(i) for i in range(ABITS))
+        lo = lsum((1 << i) * table[j].bit(i) for i in range(WBITS))
+        hi = lsum((1 << i) * table[j].bit(WBITS + i) for i in range(NBITS))
+        sw = lsum((1 << i) * n.sw.bit(i) for i in range(SBITS))
+        mis = [al[j].bit(0) + al[j].bit(1) - 0.5, ad[j].bit(0) + n.is8 - 1.5]
+        glob = [0.5 - B_[36], lsum(B_[37:]) - 0.5, lsum(B_[12:32]) - 0.5,
+                lsum(I_hi) - 0.5 - 100.0 * car, 51.5 - lsum(I_hi) - 100.0 * (1.0 - car),
+                lo - w - 0.5, w + n.is8 - hi + 0.5] + mis
+        shr = [lsum(B_[12:]) - 0.5,
+               lsum(I_hi[i] if not (wh >> i) & 1 else 1.0 - I_hi[i] for i in range(52)) - 0.5 - 100.0 * car,
+               lsum(I_hi[i] if not ((wh - 1) >> i) & 1 else 1.0 - I_hi[i] for i in range(52)) - 0.5
+               - 100.0 * (1.0 - car),
+               w + n.is8 - sw + 0.5] + mis
+        for v in glob:
+            terms.append(G * (o.srv.bit(j) - n.sh - 1.0) + v)
+        for v in shr:
+            terms.append(G * (o.srv.bit(j) + n.sh - 2.0) + v)
+    flt = c.new_field(dual("flt", len(terms)))
+    for i, t in enumerate(terms):
+        m.threshold(flt, i, t, 0.5)
+    m.build()
+    return flt

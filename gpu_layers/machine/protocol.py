@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_layers.interp.machine import launch
+from gpu_layers.interp.machine import _execute, launch
 
 CHUNK = 16            # bits of a dumped word
 PAYLOAD = 11          # bits of write-back data per <d> token (2 lane + 3 chunk + 11 = 16 bits)
@@ -58,7 +58,7 @@ PAYLOAD = 11          # bits of write-back data per <d> token (2 lane + 3 chunk 
 @dataclass
 class Trace:
     tokens: list            # [(kind, *fields)]
-    buffers: list           # the launch's buffers (numpy arrays; None for scalars)
+    buffers: list | None    # the launch's buffers (numpy arrays; None for scalars); None after a fault
     steps: int              # machine warp-instructions
     issues: int             # lane-group issues
 
@@ -83,10 +83,13 @@ def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
 
 
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
-                 step_budget=None, buffer_offsets=None) -> Trace:
+                 step_budget=None, buffer_offsets=None, fault=None) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).
     outputs: indices of the buffer arguments to dump at the end (default: every buffer);
-    buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers)."""
+    buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers).
+    fault(warp, pc, lanes whose guard holds) -> the first lane whose access the machine refuses, or
+    None: checked before every step; at a faulting lane l the lane groups before l's execute and
+    are traced, then ("fault", group, lane, executed lanes of l's group) ends the stream (no dump)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
@@ -145,8 +148,24 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         if blk.waiting and blk.waiting == blk.alive:      # the interpreter releases after this step
             state["phase"] ^= 1
 
-    res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
-                 step_budget=step_budget, observer=observe, buffer_offsets=buffer_offsets)
+    def before(W, ins, pc, active, exe):
+        lane = fault(W, pc, exe)
+        if lane is None:
+            return
+        k = lane // lanes
+        first = [l for l in exe if l // lanes < k]
+        if first:
+            _execute(W, ins, first)
+        observe(W, ins, pc, [l for l in active if l // lanes < k], first)
+        toks.append(("fault", k, lane % lanes, sorted(l % lanes for l in exe if l // lanes == k)))
+        raise _Faulted
+
+    try:
+        res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
+                     step_budget=step_budget, observer=observe, buffer_offsets=buffer_offsets,
+                     before=before if fault is not None else None)
+    except _Faulted:
+        return Trace(toks, None, None, state["issues"])
     for i in (outputs if outputs is not None else range(len(res.buffers))):
         buf = res.buffers[i]
         if buf is None:
@@ -156,6 +175,10 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         toks.extend(("x", x) for x in _chunks([(b, 8) for b in data], CHUNK))
     toks.append(("halt",))
     return Trace(toks, res.buffers, res.steps, state["issues"])
+
+
+class _Faulted(Exception):
+    pass
 
 
 def lane_states(issued: int, executed: int, preds: int, lanes: int = 4) -> int:

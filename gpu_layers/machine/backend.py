@@ -1,0 +1,97 @@
+"""`run --backend model`: a case runs inside the compiled machine core, through the fast executor.
+
+The host lowers and allocates the kernel, writes the prompt (program, launch, buffers: no part of
+the kernel is computed here), lets the model generate every token of the trace and the dump, and
+decodes the output buffers from the generated tokens alone. The compiled core (about 85 s to
+compile on a 2-core CPU) is cached on disk (`cache_dir()`/core-<key>.pkl, keyed by the source of
+every module the circuit comes from) and loaded on later runs.
+
+Faults: `<fault>` (an access outside the memory map) raises OutOfBounds naming the PC and lane;
+a launch that does not reach `<end>` within the token budget raises StepBudgetExceeded.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+from gpu_layers.errors import OutOfBounds, StepBudgetExceeded
+
+_SOURCES = ("machine/core.py", "machine/memunit.py", "machine/memory_map.py", "machine/control.py",
+            "machine/regfile.py", "craft/assemble.py", "craft/fast.py", "craft/circuit.py",
+            "craft/fields.py", "craft/physics.py", "craft/blocks/alu.py", "craft/blocks/memory.py",
+            "craft/blocks/base.py", "craft/blocks/logic.py")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("QWENGPU_CACHE", Path.home() / ".cache" / "qwengpu"))
+
+
+def core_key() -> str:
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in _SOURCES:
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_core(progress=None):
+    """(FastMachine, {token: id}) of the machine core for Qwen3.5-2B's per-layer shapes: from the
+    cache, or compiled (and cached) on first use."""
+    from gpu_layers.craft.testing import TINY
+    from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
+    from gpu_layers.machine.core import build_core_fast
+
+    path = cache_dir() / f"core-{core_key()}.pkl"
+    if path.is_file():
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    say = progress or (lambda msg: None)
+    say(f"compiling the machine core (first use; cached in {path}) ...")
+    t = time.time()
+    fm, ids = build_core_fast({k: REAL_2B_TEXT_CONFIG[k] for k in TINY}, check=False)
+    say(f"compiled in {time.time() - t:.0f} s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        pickle.dump((fm, ids), f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+    return fm, ids
+
+
+def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
+    """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
+    tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
+    from gpu_layers.interp import Scalar, module_for
+    from gpu_layers.machine import allocate, lower
+    from gpu_layers.machine import memory_map as MM
+    from gpu_layers.machine.core import CoreError, prompt_tokens, run_core
+
+    mk, _ = allocate(lower(module_for(case.ptx()).kernel(case.kernel)))
+    args = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
+    outs = [i for i in bufs if case.args[i].output] or bufs
+    prompt = prompt_tokens(mk, case.grid, case.block, args, outs, case.dynamic_shared_bytes)
+    fm, ids = core or load_core(progress)
+    t = time.time()
+    tick = (lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s")) if progress else None
+    try:
+        got, _ = run_core(fm, ids, prompt, max_tokens=max_tokens, progress=tick)
+    except CoreError:
+        raise StepBudgetExceeded(f"the model did not finish the launch within {max_tokens} machine "
+                                 "tokens; an infinite loop?") from None
+    if got[-1] == "<fault>":
+        pc = next((int(x.split()[2]) for x in reversed(got) if x.startswith("<wi ")), None)
+        lane = int(got[-2][4:-1]) if got[-2].startswith("<mt ") else "the first executed"
+        raise OutOfBounds(f"the machine refused a memory access (outside the buffers, misaligned, or "
+                          f"outside shared memory): machine PC {pc} `{mk.instructions[pc]}`, lane {lane} "
+                          "of its lane group")
+    dec = MM.decode_dump(got, MM.layout(args, outs), {i: args[i] for i in outs})
+    return {case.args[i].name: dec[i] for i in outs}, got
+
+
+def stderr_progress(msg: str):
+    print(msg, file=sys.stderr, flush=True)
