@@ -5,9 +5,10 @@ against the oracle's stream (it stops at the first difference) and decodes the o
 from the generated dump alone, compared bit for bit with the reference interpreter running the
 original kernel. Compiles the core layer by layer (gpu_layers.craft.assemble.compile_fast).
 
-    .venv/bin/python scripts/machine_core.py [--names CASE ...] [--max-tokens N] [--no-check]
+    .venv/bin/python scripts/machine_core.py [--names CASE ...|--all] [--max-tokens N] [--check]
 
---no-check skips the validator's exactness pass (minutes); the compile is otherwise the same.
+The compiled core comes from run --backend model's cache (gpu_layers/machine/backend.py: compiled
+on first use); --check compiles it afresh with the validator's exactness pass (minutes).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.interp import Scalar, launch, module_for  # noqa: E402
 from gpu_layers.machine import allocate, lower  # noqa: E402
 from gpu_layers.machine import memory_map as MM  # noqa: E402
+from gpu_layers.machine.backend import load_core  # noqa: E402
 from gpu_layers.machine.core import build_core_fast, launch_tokens, run_core  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
@@ -38,19 +40,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--names", nargs="*", default=DEFAULT)
     ap.add_argument("--max-tokens", type=int, default=20_000)
-    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--all", action="store_true", help="every suite and gpu-truth case")
+    ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
     truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
     cases = {c.name: c for c in load_suite()}
     if truth.is_file():
         cases.update({c.name: c for c in load_cases(truth)})
     t0 = time.time()
-    shapes = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}
-    fm, ids = build_core_fast(shapes, check=not args.no_check)
-    print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens, compiled in {time.time() - t0:.0f} s",
+    if args.check:
+        fm, ids = build_core_fast({k: REAL_2B_TEXT_CONFIG[k] for k in TINY}, check=True)
+    else:
+        fm, ids = load_core(lambda m: print(m, flush=True))
+    print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens, ready in {time.time() - t0:.0f} s",
           flush=True)
+    names = sorted(cases) if args.all else args.names
+    totals = {"cases": 0, "equal": 0, "tokens": 0, "seconds": 0.0}
     print(f"{'case':24s} {'prompt':>7s} {'stream':>7s} {'ticks':>6s} {'trace':>6s} {'outputs':>8s} {'tok/s':>6s}  first wrong")
-    for name in args.names:
+    for name in names:
         c = cases[name]
         try:
             mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
@@ -76,6 +83,13 @@ def main():
         first = "" if bad is None else f"@{bad} want {want[bad]} got {got[bad]}"
         print(f"{name:24s} {len(prompt):7d} {len(want):7d} {ticks:6d} {'equal' if bad is None else 'DIFF':>6s} "
               f"{'equal' if same else 'DIFF':>8s} {(len(prompt) + len(got)) / dt:6.0f}  {first}", flush=True)
+        totals["cases"] += 1
+        totals["equal"] += int(same)
+        totals["tokens"] += len(prompt) + len(got)
+        totals["seconds"] += dt
+    if totals["cases"]:
+        print(f"{totals['equal']}/{totals['cases']} cases: trace and outputs equal; {totals['tokens']} tokens "
+              f"in {totals['seconds']:.0f} s ({totals['tokens'] / totals['seconds']:.0f} tokens/s)")
 
 
 if __name__ == "__main__":

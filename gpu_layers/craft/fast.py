@@ -160,6 +160,14 @@ class FastState:
                          [None if c is None else c.copy() for c in self.conv], list(self.tokens))
 
 
+def _csr(M: np.ndarray):
+    """(row starts (len rows + 1), column indices, values) of a dense matrix's nonzero entries."""
+    r, c = np.nonzero(M)
+    ptr = np.zeros(M.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=M.shape[0]), out=ptr[1:])
+    return ptr, c.astype(np.int32), np.ascontiguousarray(M[r, c], dtype=F32)
+
+
 def _nz_rows(w: np.ndarray) -> np.ndarray:
     return np.flatnonzero((w != 0).any(1))
 
@@ -207,15 +215,20 @@ class FastMachine:
             raise FastMachineError(f"{self.Hv} value heads are not a multiple of {self.Hk} key heads")
 
     def _head(self, embed, unembed, final_norm):
-        self.embed = _f32(embed)
-        self._finite("embed", self.embed)
+        # embedding and LM head as sparse rows (the machine vocabulary's rows have a few dozen
+        # nonzeros of W): a row's nonzero entries, in column order
+        E = _f32(embed)
+        self._finite("embed", E)
+        self.embed_ptr, self.embed_idx, self.embed_val = _csr(E)
+        del E
         U = _f32(unembed)
         self._finite("unembed", U)
         fn = _np(final_norm)
         self._finite("final_norm", fn)
         self.head_rows = _nz_rows(U)
         self.head_cols = np.flatnonzero((U != 0).any(0))
-        self.head_w = np.ascontiguousarray(U[np.ix_(self.head_rows, self.head_cols)])
+        ptr, idx, val = _csr(U[self.head_rows][:, self.head_cols])
+        self.head_starts, self.head_idx, self.head_val = ptr[:-1], idx, val
         self.final_w = (F32(1.0) + fn)[self.head_cols]
         self._logits = np.zeros(self.V, dtype=F32)
 
@@ -388,7 +401,9 @@ class FastMachine:
         """One token through every compiled layer (recurrent path); returns the logits (V,)."""
         if not 0 <= token_id < self.V:
             raise IndexError(f"token {token_id} outside the machine vocabulary of {self.V}")
-        x = self.embed[token_id].copy()
+        x = np.zeros(self.W, dtype=F32)
+        a, b = self.embed_ptr[token_id], self.embed_ptr[token_id + 1]
+        x[self.embed_idx[a:b]] = self.embed_val[a:b]
         with np.errstate(over="ignore"):                   # exp overflow -> sigmoid 0, as in torch
             for L, S, conv in zip(self.layers, state.S, state.conv):
                 if L.mixer is not None:
@@ -398,7 +413,8 @@ class FastMachine:
         state.tokens.append(int(token_id))
         logits = self._logits
         if len(self.head_rows):
-            logits[self.head_rows] = self.head_w @ self._norm(x, self.head_cols, self.final_w)
+            v = self._norm(x, self.head_cols, self.final_w)
+            logits[self.head_rows] = np.add.reduceat(self.head_val * v[self.head_idx], self.head_starts)
         return logits
 
     def step(self, state: FastState, token_id: int, logits: bool = False):

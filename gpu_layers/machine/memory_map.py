@@ -44,7 +44,8 @@ interpreter too, except a base register more than 4 KB away from the address it 
 (refused, never run wrongly).
 
 Scope v0 (`MemoryMapError` names what is refused): scalar ld/st of 4 or 8 bytes, .global or
-.shared, into / from a register of the same width; no local memory, generic addresses, vector
+.shared, into / from a register of the same width (or a 64-bit one for .u32/.b32/.f32:
+zero-extended, truncated); no local memory, generic addresses, vector
 accesses, sub-word accesses or atomics; up to 4 KB of buffers and 2 KB of shared memory.
 """
 from __future__ import annotations
@@ -124,8 +125,10 @@ def memory_ops(kernel) -> dict:
         if size is None:
             bad(f"a .{t} access (sub-word accesses are not in the memory unit yet)")
         vop, aop = ins.operands if op == "ld" else ins.operands[::-1]
-        if not isinstance(vop, Reg) or prog.regbits.get(vop.name) != 8 * size:
-            bad(f"the register must be {8 * size} bits")
+        rbits = prog.regbits.get(vop.name) if isinstance(vop, Reg) else None
+        widen = size == 4 and rbits == 64 and (op == "st" or t != "s32")
+        if rbits != 8 * size and not widen:     # a 32-bit load zero-extends, a store truncates
+            bad(f"the register must be {8 * size} bits (or 64 for an unsigned 32-bit access)")
         if not isinstance(aop, Addr):
             bad("the address is not [reg+offset] or [symbol+offset]")
         if isinstance(aop.base, Sym):
