@@ -45,7 +45,7 @@ then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 Scope: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer ALU
 work, the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 15 layers, W 11,295, 83,340 tokens. The dense stock model would need
+For Qwen3.5-2B's shapes: 15 layers, W 11,719, 85,919 tokens. The dense stock model would need
 about 30 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor;
 scripts/machine_core.py runs kernels in it.
 """
@@ -228,7 +228,7 @@ def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0,
         if m is None:
             return None
         base = W.R[col[m.base]] if m.base is not None else None
-        return next((l for l in sorted(exe) if not MM.access_ok(m, base[l] if base else 0, lay,
+        return next((l for l in sorted(exe) if not MM.access_ok(m, 0 if base is None else base[l], lay,
                                                                 shared_bytes // 4)), None)
 
     tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
@@ -294,7 +294,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 30 GB at W 11,295 and 15 layers in fp32)."""
+    Needs the memory of the dense weights (about 30 GB at W 11,719 and 15 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
