@@ -140,6 +140,18 @@ def test_core_faults_on_an_access_outside_the_buffers(core):
     assert bad is None and got == want and got[-2:] == ["<mt 1>", "<fault>"]
 
 
+def test_core_loads_undefined_shared_words(core):
+    """Shared words never written load as undefined lanes (a blank word in the latch): the model
+    predicts the load's <g> with U = 1110 itself (tests/test_memory_map.py's `unw` kernel)."""
+    from test_memory_map import UNW
+
+    fm, ids = core
+    mk, _ = allocate(lower(module_for(UNW).kernel("unw")))
+    prompt, want, _, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), [], [])
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want and "<g 0 2 2 2 2 1110 0>" in got
+
+
 @pytest.fixture()
 def cached_core(core, tmp_path, monkeypatch):
     """The compiled core in a fresh cache directory, as `run --backend model` finds it."""

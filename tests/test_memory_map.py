@@ -132,7 +132,7 @@ def _core_launch(ptx, name, args, block):
     from gpu_layers.machine.core import launch_tokens
 
     mk, _ = allocate(lower(module_for(ptx).kernel(name)))
-    return launch_tokens(mk, (1, 1, 1), (block, 1, 1), args, [0])
+    return launch_tokens(mk, (1, 1, 1), (block, 1, 1), args, [0] if args else [])
 
 
 def test_faults_end_the_stream_at_the_faulting_lane():
@@ -168,3 +168,35 @@ def test_in_bounds_accesses_pass_the_machine_rule():
         assert stream[-1] == "<end>"
         ran += 1
     assert ran >= 4
+
+
+UNW = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry unw()
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<6>;
+  .shared .align 4 .b32 sm[8];
+  mov.u32 %r1, %tid.x;
+  setp.eq.u32 %p1, %r1, 0;
+  mov.u32 %r2, 7;
+  @%p1 st.shared.u32 [sm], %r2;
+  bar.sync 0;
+  shl.b32 %r3, %r1, 2;
+  mov.u32 %r4, sm;
+  add.u32 %r5, %r4, %r3;
+  ld.shared.u32 %r2, [%r5];
+  ret;
+}
+"""
+
+
+def test_a_shared_word_never_written_loads_undefined():
+    """Lane 0 writes sm[0], then every lane loads sm[lane]: lanes 1..3 read words nobody wrote,
+    so the load's <g> names them undefined (U = 1110), lane 0's value is sent; ticks serve 1..3."""
+    _, stream, _, _ = _core_launch(UNW, "unw", [], 4)
+    i = stream.index("<g 0 2 2 2 2 1110 0>")
+    assert stream[i - 3:i] == ["<mt 1>", "<mt 2>", "<mt 3>"] and stream[i + 1] == "<d 0 0 007>"
+    assert stream[-2:] == ["<halt>", "<end>"]
