@@ -92,10 +92,14 @@ class Case:
         return [a for a in self.args if a.is_buffer and a.output]
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """$QWENGPU_CACHE, else ~/.cache/qwengpu: compiled PTX (ptx/) and the compiled core (core/)."""
     root = os.environ.get("QWENGPU_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "qwengpu"
-    return base / "ptx"
+    return Path(root) if root else Path.home() / ".cache" / "qwengpu"
+
+
+def cache_dir() -> Path:
+    return cache_root() / "ptx"
 
 
 def compile_cached(source: str, arch: str = "sm_75") -> str:

@@ -158,7 +158,8 @@ def cached_core(core, tmp_path, monkeypatch):
     from gpu_layers.machine import backend
 
     monkeypatch.setenv("QWENGPU_CACHE", str(tmp_path))
-    with open(tmp_path / f"core-{backend.core_key()}.pkl", "wb") as f:
+    backend.cache_dir().mkdir(parents=True)
+    with open(backend.cache_dir() / f"core-{backend.core_key()}.pkl", "wb") as f:
         pickle.dump(core, f, protocol=pickle.HIGHEST_PROTOCOL)
     return tmp_path
 

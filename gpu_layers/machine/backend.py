@@ -3,7 +3,7 @@
 The host lowers and allocates the kernel, writes the prompt (program, launch, buffers: no part of
 the kernel is computed here), lets the model generate every token of the trace and the dump, and
 decodes the output buffers from the generated tokens alone. The compiled core (about 85 s to
-compile on a 2-core CPU) is cached on disk (`cache_dir()`/core-<key>.pkl, keyed by the source of
+compile on a 2-core CPU) is cached on disk ($QWENGPU_CACHE or ~/.cache/qwengpu, core/core-<key>.pkl, keyed by the source of
 every module the circuit comes from) and loaded on later runs.
 
 Faults: `<fault>` (an access outside the memory map) raises OutOfBounds naming the PC and lane;
@@ -27,7 +27,9 @@ _SOURCES = ("machine/core.py", "machine/memunit.py", "machine/memory_map.py", "m
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("QWENGPU_CACHE", Path.home() / ".cache" / "qwengpu"))
+    from gpu_layers.cases import cache_root
+
+    return cache_root() / "core"
 
 
 def core_key() -> str:
