@@ -6,20 +6,22 @@ Stages (each a function here, wired by gpu_layers.machine.core.core_circuit):
 
 * `prompt_side`: the memory instruction word of each PC (`<pm ..>`, a banked program memory read
   at the issue's PC), the prompt's word registers (`<ma A>`, `<mc0 X>`, `<mc1 X>`; `<mc2 X>`
-  commits), the dump's registers (`<nw N>`, `<xa A>`) and the dump's next address (A + 1, or 0
+  commits), the bounds registers (`<ss S>`, `<mbk K>`, `<mbl L>`; `<mbh H>` commits a buffer's
+  word range), the dump's registers (`<nw N>`, `<xa A>`) and the dump's next address (A + 1, or 0
   at `<halt>`) with its end flag (A + 1 >= N);
-* `address_bits`: bits 2..11 of each lane's address (base + immediate) in one MLP stage, a
-  threshold adder on the operands as the read ports deliver them (bit i of a sum of 12-bit
-  numbers is [v >= 2^i] - [v >= 2^(i+1)] + [v >= 3 2^i] of the partial sum v): the bank (bits
-  2..4) and the row (bits 5..11) without waiting for the ALU;
+* `address_bits`: bits 0..11 of each lane's address (base + immediate) and the carry out of bit
+  11, in one MLP stage, a threshold adder on the operands as the read ports deliver them (bit i
+  of a sum is [v >= 2^i] - [v >= 2^(i+1)] + [v >= 3 2^i] of the partial sum v of bits 0..i):
+  the bank and the row without waiting for the ALU;
 * `route`: which lane is served here (the first executed lane at the executing position, lane J
   at `<mt J>`), the next tick, and the one port every bank shares: the row (a served lane's, the
   prompt word's, the dumped word's), the data for even and odd banks (a 64-bit store's high word
   goes to the odd bank), per-bank write and read selects;
-* the heads: 8 banks of global memory (never reset) and 8 of shared memory (reset at `<blk>`), 128
-  rows of 32 bits each, all addressed by the shared row;
+* `banks`: 8 heads of global memory (never reset) and 4 of shared memory (reset at `<blk>`),
+  128 rows of 32 bits each, all addressed by the shared row;
 * `load_word`: the served lane's loaded word (low word from its bank, high word from the next
   bank) and whether it is undefined (a shared word never written; global memory is initialised);
+* `bounds`: whether the served lane's access breaks memory_map.access_ok (`<fault>`);
 * `dump_chunks`: at `<xa>` / `<xc>` the next nonzero chunk of the dumped word, else the next
   address, else `<end>`.
 
@@ -204,7 +206,7 @@ def _bitlist(xbits, value: int, n: int):
 
 
 def banks(c, o, hot):
-    """The 16 heads: {space: [rail3 read of bank b]}."""
+    """The 12 heads: {space: [rail3 read of bank b]}."""
     out = {}
     for sp in MM.SPACES:
         reads = []
