@@ -94,9 +94,8 @@ def test_dump_and_prompt_tokens_round_trip():
     assert mem == {a: x for a, x in words.items() if x}
 
 
-def test_one_lane_per_position_and_banks():
+def test_one_lane_per_position():
     assert MM.tick_lanes([3, 0, 2]) == [2, 3] and MM.tick_lanes([1]) == []
-    assert MM.bank_row("global", 0x7c) == (7, 3) and MM.bank_row("shared", 0x7c) == (3, 7)
 
 
 @pytest.mark.parametrize("name,why", [("exch_claim", "atomics"), ("crc32_bytes", "sub-word"),

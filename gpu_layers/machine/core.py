@@ -242,7 +242,7 @@ def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0,
         if t[0] == "wi":
             pc = t[2]
         if t[0] == "g" and pc in mops:
-            executed = [j for j in range(LANES) if (t[2] >> (2 * j)) & 2]
+            executed = [j for j in range(LANES) if lane_masks(t[2])[1] >> j & 1]
             toks += [("mt", j) for j in MM.tick_lanes(executed)]
         toks.append(t)
     stream = stream_tokens(toks)

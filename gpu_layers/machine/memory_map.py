@@ -172,12 +172,6 @@ def check_shared(shared_bytes: int):
                              f"{CAPACITY['shared']}")
 
 
-def bank_row(space: str, addr: int) -> tuple[int, int]:
-    """(bank, row) of the word at byte address addr (its low 12 bits) in `space`."""
-    nb = BANKS[space]
-    return (addr >> 2) % nb, (addr >> (2 + nb.bit_length() - 1)) % ROWS
-
-
 SHARED_HI = SHARED_WINDOW >> 12
 HI_ONES = (1 << 52) - 1
 

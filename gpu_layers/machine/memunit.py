@@ -49,9 +49,14 @@ SBITS = 10                   # shared words <= 512
 BIG = 10.0
 
 
+def _bitlist(xbits, value: int, n: int):
+    """The n literals (0/1 forms) that are all 1 exactly when xbits[0..n) spell `value`."""
+    return [xbits[i] if (value >> i) & 1 else 1.0 - xbits[i] for i in range(n)]
+
+
 def _lits(xbits, value: int, n: int):
-    """Sum of n literals that is n exactly when the 0/1 forms xbits[0..n) spell `value`."""
-    return lsum(xbits[i] if (value >> i) & 1 else 1.0 - xbits[i] for i in range(n))
+    """Sum of those literals: n exactly when xbits[0..n) spell `value`."""
+    return lsum(_bitlist(xbits, value, n))
 
 
 def pm_word(kind: str | None, space: str = "global", size: int = 4) -> int:
@@ -114,19 +119,22 @@ def address_bits(c, base, imm):
     for j in range(LANES):
         ad = c.new_field(dual(f"ad{j}", ABITS))
         al = c.new_field(dual(f"al{j}", 3))
-        k = c.new_field(bits(f"kb{j}", 4))
+        buf = c.new_field(bits(f"kb{j}", 4))
+
+        def partial(i):                         # the low i + 1 bits of base + imm, as a number
+            return lsum((1 << t) * (base[j].bit(t) + imm.bit(t)) for t in range(i + 1))
+
         for i in range(12):
-            v = lsum((1 << k) * (base[j].bit(k) + imm.bit(k)) for k in range(i + 1))
-            p = 1 << i
+            v, p = partial(i), 1 << i
             f, at = (ad, i - 2) if i >= 2 else (al, i)
             m.boolean(f, at, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
                               (v - (3 * p - 0.5), 0.5, 1.0)])
-        m.threshold(al, 2, v - (4096 - 0.5), 0.5)
+        m.threshold(al, 2, partial(11) - (4096 - 0.5), 0.5)
         for i in range(4):
-            m.threshold(k, i, base[j].bit(32 + i) - 0.5, 0.5)
+            m.threshold(buf, i, base[j].bit(32 + i) - 0.5, 0.5)
         out.append(ad)
         aux.append(al)
-        kb.append(k)
+        kb.append(buf)
     m.build()
     return out, aux, kb
 
@@ -199,10 +207,6 @@ def route(c, n, hot, ex, ad, val, has_next):
         m.boolean(o.nt, j, terms)
     m.build()
     return o
-
-
-def _bitlist(xbits, value: int, n: int):
-    return [xbits[i] if (value >> i) & 1 else 1.0 - xbits[i] for i in range(n)]
 
 
 def banks(c, o, hot):
@@ -293,11 +297,9 @@ def bounds(c, n, hot, o, ad, al, kb, base, imm):
         glob = [0.5 - B_[36], lsum(B_[37:]) - 0.5, lsum(B_[12:32]) - 0.5,
                 lsum(I_hi) - 0.5 - 100.0 * car, 51.5 - lsum(I_hi) - 100.0 * (1.0 - car),
                 lo - w - 0.5, w + n.is8 - hi + 0.5] + mis
-        shr = [lsum(B_[12:]) - 0.5,
-               lsum(I_hi[i] if not (wh >> i) & 1 else 1.0 - I_hi[i] for i in range(52)) - 0.5 - 100.0 * car,
-               lsum(I_hi[i] if not ((wh - 1) >> i) & 1 else 1.0 - I_hi[i] for i in range(52)) - 0.5
-               - 100.0 * (1.0 - car),
-               w + n.is8 - sw + 0.5] + mis
+        differs = {x: 52.0 - _lits(I_hi, x, 52) for x in (wh, wh - 1)}     # I >> 12 is not x
+        shr = [lsum(B_[12:]) - 0.5, differs[wh] - 0.5 - 100.0 * car,
+               differs[wh - 1] - 0.5 - 100.0 * (1.0 - car), w + n.is8 - sw + 0.5] + mis
         for v in glob:
             terms.append(G * (o.srv.bit(j) - n.sh - 1.0) + v)
         for v in shr:
