@@ -26,7 +26,7 @@ from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
-from gpu_layers.interp import Scalar, launch, module_for  # noqa: E402
+from gpu_layers.interp import launch, launch_args, module_for  # noqa: E402
 from gpu_layers.machine import allocate, lower  # noqa: E402
 from gpu_layers.machine import memory_map as MM  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
@@ -61,7 +61,7 @@ def main():
         c = cases[name]
         try:
             mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
-            kargs = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
+            kargs = launch_args(c)
             outs = [i for i, a in enumerate(c.args) if a.is_buffer and a.output]
             prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, kargs, outs, c.dynamic_shared_bytes)
         except QwenGPUError as e:
@@ -73,8 +73,7 @@ def main():
         t = time.time()
         got, bad = run_core(fm, ids, prompt, want)
         dt = time.time() - t
-        ref = launch(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block,
-                     [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args],
+        ref = launch(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, launch_args(c),
                      c.dynamic_shared_bytes)
         dec = MM.decode_dump(got, lay, {i: kargs[i] for i in outs}) if bad is None else {}
         same = bad is None and all(np.array_equal(dec[i].view(np.uint8), ref.buffers[i].view(np.uint8))

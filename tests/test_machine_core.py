@@ -16,7 +16,7 @@ from gpu_layers.cases import load_cases
 from gpu_layers.craft.assemble import Shapes, schedule
 from gpu_layers.craft.testing import TINY
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
-from gpu_layers.interp import Scalar, launch, module_for
+from gpu_layers.interp import launch, launch_args, module_for
 from gpu_layers.machine import lower
 from gpu_layers.machine import memory_map as MM
 from gpu_layers.machine.core import CoreError, check_core, core_circuit, launch_tokens, prompt_tokens, run_core
@@ -39,13 +39,13 @@ def _case(name):
         cases.update({c.name: c for c in load_cases(TRUTH)})
     c = cases[name]
     mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
-    args = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
+    args = launch_args(c)
     return c, mk, args
 
 
 def _reference(c):
     """The original kernel on the reference interpreter (the default memory layout)."""
-    args = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
+    args = launch_args(c)
     return launch(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, args, c.dynamic_shared_bytes)
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpu_layers.errors import LaunchError, OutOfBounds
-from gpu_layers.interp import Scalar, launch, module_for
+from gpu_layers.interp import launch, launch_args, module_for
 from gpu_layers.machine import allocate, lower
 from gpu_layers.machine import memory_map as MM
 from gpu_layers.suite import load_suite
@@ -32,7 +32,7 @@ def _suite(name):
 
 
 def _args(c):
-    return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in c.args]
+    return launch_args(c)
 
 
 def test_layout_packs_outputs_first_at_rows():

@@ -229,9 +229,9 @@ class Watch:
 
 
 def launch_args(case):
-    from gpu_layers.interp import Scalar
+    from gpu_layers.interp import launch_args as args_of
 
-    return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    return args_of(case)
 
 
 def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = None, cancel=None) -> RunReport:

@@ -48,16 +48,16 @@ def module_for(ptx_text: str):
     return m
 
 
+def launch_args(case) -> list:
+    """A case's arguments as `launch` takes them: a fresh copy of each buffer, Scalars."""
+    return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+
+
 def run_case(case, lanes: int = 4, step_budget: int | None = None, trace: bool = False) -> RunResult:
     """Run a `gpu_layers.cases.Case` on the reference interpreter."""
     module = module_for(case.ptx())
     kernel = module.kernel(case.kernel)
-    args = []
-    for a in case.args:
-        if a.is_buffer:
-            args.append(a.data.copy())
-        else:
-            args.append(Scalar(a.elem_type, a.value))
+    args = launch_args(case)
     res = launch(kernel, case.grid, case.block, args, case.dynamic_shared_bytes, lanes=lanes,
                  step_budget=step_budget, trace=trace)
     buffers = {a.name: res.buffers[i] for i, a in enumerate(case.args) if a.is_buffer}

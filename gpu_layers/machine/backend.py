@@ -67,13 +67,13 @@ def load_core(progress=None):
 def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
     """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
     tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
-    from gpu_layers.interp import Scalar, module_for
+    from gpu_layers.interp import launch_args, module_for
     from gpu_layers.machine import allocate, lower
     from gpu_layers.machine import memory_map as MM
     from gpu_layers.machine.core import CoreError, prompt_tokens, run_core
 
     mk, _ = allocate(lower(module_for(case.ptx()).kernel(case.kernel)))
-    args = [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    args = launch_args(case)
     bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
     outs = [i for i in bufs if case.args[i].output] or bufs
     prompt = prompt_tokens(mk, case.grid, case.block, args, outs, case.dynamic_shared_bytes)
