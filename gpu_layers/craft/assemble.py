@@ -481,6 +481,27 @@ def vocabulary(c: Circuit, W: int):
     return names, torch.from_numpy(embed), torch.from_numpy(unembed)
 
 
+def _passes(c: Circuit, s: Shapes, check: bool = True):
+    """validate (unless check=False), schedule, norms, the vocabulary and the final norm: what
+    compile_circuit and compile_fast share. Returns (plans, position, sumsq, W, names, embed,
+    unembed, final); W includes the text flag dim, which no weight reads."""
+    if check:
+        validate(c, s)
+    plans, position = schedule(c, s)
+    if not plans:
+        plans = [LayerPlan()]
+    sumsq = track_norms(c, len(plans))
+    W = c.layout.width + 1
+    names, embed, unembed = vocabulary(c, W)
+    final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
+    return plans, position, sumsq, W, names, embed, unembed, final
+
+
+def _layers(c: Circuit, s: Shapes, plans, sumsq, W):
+    """The compiled layers, one at a time."""
+    return (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans))
+
+
 def compile_fast(c: Circuit, config, check: bool = True):
     """The compiled circuit straight into the fast executor (gpu_layers.craft.fast), for machines
     whose dense layers would not fit in memory: each layer is written, compacted and dropped
@@ -491,36 +512,21 @@ def compile_fast(c: Circuit, config, check: bool = True):
     from .fast import FastMachine
 
     s = Shapes.of(config)
-    if check:
-        validate(c, s)
-    plans, _ = schedule(c, s)
-    if not plans:
-        plans = [LayerPlan()]
-    sumsq = track_norms(c, len(plans))
-    W = c.layout.width + 1
-    names, embed, unembed = vocabulary(c, W)
-    final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
-    layers = (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans))
+    plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check)
+    layers = _layers(c, s, plans, sumsq, W)
     return FastMachine.streamed(s.asdict(), W, layers, embed.numpy(), unembed.numpy(), final), names
 
 
 def compile_circuit(c: Circuit, config) -> Compiled:
     """Run every pass; `config` is a Qwen3.5 text config (or a dict with its SHAPE_KEYS)."""
     s = Shapes.of(config)
-    validate(c, s)
-    plans, position = schedule(c, s)
-    if not plans:
-        plans = [LayerPlan()]
-    sumsq = track_norms(c, len(plans))
-    W = c.layout.width + 1                        # + the text flag dim, which no weight reads
+    plans, position, sumsq, W, names, embed, unembed, final = _passes(c, s)
     flag = W - 1
-    layers = [write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans)]
+    layers = list(_layers(c, s, plans, sumsq, W))
     for L, lay in enumerate(layers):                  # the text flag dim is never read
         for key in ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight",
                     "linear_attn.in_proj_a.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"):
             assert not lay[key][:, flag].any(), (L, key)
-    names, embed, unembed = vocabulary(c, W)
-    final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
     m = CompiledMachine(width=W, layers=layers, embed=embed, unembed=unembed, final_norm=final,
                         token_names=names, text_flag_dim=flag,
                         fields={f.name: (f.start, f.stop) for f in c.layout.fields.values()},

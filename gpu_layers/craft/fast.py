@@ -225,8 +225,9 @@ class FastMachine:
         self._finite("unembed", U)
         fn = _np(final_norm)
         self._finite("final_norm", fn)
-        self.head_rows = _nz_rows(U)
-        self.head_cols = np.flatnonzero((U != 0).any(0))
+        nz = U != 0
+        self.head_rows, self.head_cols = np.flatnonzero(nz.any(1)), np.flatnonzero(nz.any(0))
+        del nz
         ptr, idx, val = _csr(U[self.head_rows][:, self.head_cols])
         self.head_starts, self.head_idx, self.head_val = ptr[:-1], idx, val
         self.final_w = (F32(1.0) + fn)[self.head_cols]
