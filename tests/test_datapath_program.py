@@ -24,7 +24,8 @@ from tests.conftest import require_gpu_truth
 
 # the cases whose launches the datapath refuses: 2-D / 3-D blocks or grids (SRC_TID / SRC_CTAID
 # are the linear thread and block indices)
-MULTI_DIM = {"morton2d", "conv2d_tile", "index_3d", "transpose_shared", "matmul_i32", "grid2d_index"}
+MULTI_DIM = {"morton2d", "conv2d_tile", "index_3d", "transpose_shared", "matmul_i32", "grid2d_index",
+             "matmul_f32", "mandelbrot"}
 
 
 def _args(case):
@@ -37,7 +38,7 @@ def _all_cases():
 
 def test_every_lowerable_case_computes_what_the_interpreter_writes():
     # the whole check runs in ~30 s on one core: every case, not a subset
-    checked, refused, unsupported = [], set(), []
+    checked, refused, crowded, unsupported = [], set(), set(), []
     ops_seen = set()
     for case in _all_cases():
         try:
@@ -48,16 +49,21 @@ def test_every_lowerable_case_computes_what_the_interpreter_writes():
             st = check_program(ak, case.grid, case.block, _args(case), case.dynamic_shared_bytes,
                                step_budget=50_000_000)
         except DatapathError as e:
-            assert "linear index" in str(e) and str(e).startswith("line "), str(e)
-            refused.add(case.name)
+            msg = str(e)
+            assert msg.startswith("line ") and ("linear index" in msg or "slots 0..31" in msg), msg
+            if "linear index" in msg:
+                refused.add(case.name)
+            else:       # more than 32 registers: only kernels that call the float subroutine
+                assert ak.calls, case.name
+                crowded.add(case.name)
             continue
         assert st.ok, (case.name, st.mismatches[:5])
         assert st.alu_steps > 0 and st.lanes > 0 and st.guard_steps >= st.alu_steps
         ops_seen |= {k.split(".")[0] for k in st.by_op}
         unsupported += datapath_problems(ak, register_slots(ak), case.grid, case.block, _args(case))
         checked.append(case.name)
-    assert refused == MULTI_DIM
-    assert len(checked) >= 95
+    assert refused == MULTI_DIM and len(crowded) <= 4, crowded
+    assert len(checked) >= 105
     # the only register-writing form the ALU does not compute: local_sort's packing mov
     assert len(unsupported) == 1 and "mov.b64" in unsupported[0] and "vector mov" in unsupported[0]
     assert {"add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "shr_s", "min_s", "min_u",

@@ -55,10 +55,12 @@ def test_allocated_kernels_match_the_originals_bit_for_bit():
         lowered += 1
         # optimal for the interference graph (the largest clique), and at the liveness bound
         # except where a vote's predicate dies at the vote (regalloc.py: cross-lane operands)
+        # and in kernels that call the float subroutine (what is live across one call holds
+        # registers through the whole routine, which no single point's live set shows)
         assert al.counts == al.floor, (case.name, al.counts, al.floor)
         for w, s in al.slack.items():
             assert s >= 0
-            if s:
+            if s and not mk.calls:
                 over.append((case.name, w, s))
     assert lowered >= 100
     assert all(w == 1 and s == 1 for _, w, s in over) and len(over) <= 2, over

@@ -79,12 +79,21 @@ class Liveness:
 
 
 def successors(kernel) -> list:
+    """Per instruction, the indices control can reach next. A subroutine call (Kernel.calls) goes
+    on at its return point, and the routine's return branches end it: the routine is a region of
+    its own, entered only through the call's summary (`liveness`)."""
     out = []
     n = len(kernel.instructions)
+    calls = {c: r for c, _, r in kernel.calls}
     for i, ins in enumerate(kernel.instructions):
         s = []
         kind = SUPPORTED[ins.name].kind
-        if kind == "bra":
+        if i in calls:
+            s.append(calls[i])
+        elif i in kernel.returns:
+            if ins.guard is not None:
+                s.append(i + 1)
+        elif kind == "bra":
             s.append(kernel.labels[ins.operands[0].name])
             if ins.guard is not None:
                 s.append(i + 1)
@@ -103,6 +112,17 @@ def liveness(kernel) -> Liveness:
     n = len(code)
     ud = [_uses_defs(ins, width) for ins in code]
     succ = successors(kernel)
+    entry_of = {c: e for c, e, _ in kernel.calls}
+    for c, e in entry_of.items():       # a call writes every register its routine writes
+        seen, todo, defs = set(), [e], set()
+        while todo:
+            j = todo.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            defs |= ud[j][1]
+            todo += succ[j]
+        ud[c] = (ud[c][0], ud[c][1] | defs)
     live_in = [set() for _ in range(n)]
     changed = True
     while changed:
@@ -112,6 +132,8 @@ def liveness(kernel) -> Liveness:
             for j in succ[i]:
                 out |= live_in[j]
             uses, defs = ud[i]
+            if i in entry_of:           # and reads what its routine reads before writing
+                uses = uses | live_in[entry_of[i]]
             new = uses | (out - defs)
             if new != live_in[i]:
                 live_in[i] = new
@@ -122,7 +144,8 @@ def liveness(kernel) -> Liveness:
         for j in succ[i]:
             out |= live_in[j]
         live_out.append(out)
-    return Liveness(width, [u for u, _ in ud], [d for _, d in ud], succ, live_in, live_out)
+    uses = [u | live_in[entry_of[i]] if i in entry_of else u for i, (u, _) in enumerate(ud)]
+    return Liveness(width, uses, [d for _, d in ud], succ, live_in, live_out)
 
 
 def pressure(kernel) -> Pressure:

@@ -19,10 +19,15 @@ Expansions keep the interpreter's semantics exactly, poison included:
     into fresh temporaries of their operand's type (`_Emitter.push`; nvcc's `selp.b32 %r1, 1, 0,
     %p1` becomes `mov.b32 %mq7, 1` + `selp.b32 %r1, %mq7, 0, %p1`). Barrier thread counts stay.
 
+Binary32 arithmetic (add/sub/mul/fma in every rounding mode, min/max, setp, conversions to and
+from integers) becomes integer sequences in `softfloat.py`; add, sub, mul and fma share one
+subroutine emitted after the kernel (Kernel.calls records its call sites for liveness). Division,
+square roots, reciprocals, f32 rounding to integral values and f64 arithmetic are refused by name.
+
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
 data-dependent multiply is a 32-step shift-and-add loop (a multiply-step unit is planned), a
-multiply by a constant becomes shifts and adds.
+multiply by a constant becomes shifts and adds; an f32 fma is about 500 machine steps per thread.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import TYPE_BITS, Imm, Kernel, Module, Reg, RegDecl, Vec
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
+
+from . import softfloat
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
@@ -51,17 +58,29 @@ def _is_machine_form(ins) -> bool:
     return True
 
 
+def _expansion(ins):
+    """The expansion that lowers `ins`, or None (a machine form, or not supported)."""
+    kind = SUPPORTED[ins.name].kind
+    if kind == "setp" and "f32" in ins.types:
+        return softfloat.x_fsetp
+    if kind == "cvt" and "f32" in ins.types:
+        return softfloat.cvt_expansion(ins)
+    if kind == "fbin" and ins.opcode == "div":
+        return None
+    return _EXPANSIONS.get(kind)
+
+
 def machine_problems(kernel) -> list[str]:
     """Every instruction of `kernel` (already lowered or not) the machine cannot run, by line."""
     return [f"line {ins.line}: `{ins.name}` is not supported by the compiled machine yet"
-            for ins in kernel.instructions if not _is_machine_form(ins) and ins.name not in _EXPAND_NAMES]
+            for ins in kernel.instructions if not _is_machine_form(ins) and _expansion(ins) is None]
 
 
 def lower(kernel: Kernel) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded
-    (floating-point arithmetic and conversions, for now)."""
+    (f32 division, roots and rounding to integral values, f64 arithmetic, for now)."""
     if kernel.module is not None:
         validate(kernel.module, kernel.name)
     problems = machine_problems(kernel)
@@ -76,12 +95,19 @@ def lower(kernel: Kernel) -> Kernel:
         if _is_machine_form(ins):
             em.push(ins)
         else:
-            _EXPANSIONS[SUPPORTED[ins.name].kind](em, ins)
+            _expansion(ins)(em, ins)
     starts.append(len(em.code))
+    if getattr(em, "fma_routine", None) is not None:
+        last = kernel.instructions[-1] if kernel.instructions else None
+        ends = last is not None and SUPPORTED[last.name].kind == "exit" and last.guard is None
+        if not ends or starts[-1] in {starts[i] for i in kernel.labels.values()}:
+            em.emit("ret")          # nothing falls or branches into the routine
+        softfloat.emit_routines(em)
     labels = {name: starts[i] for name, i in kernel.labels.items()}
     labels.update(em.labels)
+    calls, returns = softfloat.call_table(em)
     out = replace(kernel, regs=list(kernel.regs) + em.decls(), instructions=em.code, labels=labels,
-                  directives=list(kernel.directives))
+                  directives=list(kernel.directives), calls=calls, returns=returns)
     src = kernel.module
     out.module = Module(version=src.version if src else "", target=src.target if src else "",
                         kernels={kernel.name: out}, vars=list(src.vars) if src else [])
@@ -747,6 +773,6 @@ _EXPANSIONS = {
     "dcopysign": lambda em, ins: _copysign(em, ins, 64),
     "testp": lambda em, ins: _testp(em, ins, 32), "dtestp": lambda em, ins: _testp(em, ins, 64),
 }
-_EXPAND_NAMES = {n for n, f in SUPPORTED.items() if f.kind in _EXPANSIONS}
+_EXPANSIONS.update(softfloat.FLOAT_EXPANSIONS)
 
 

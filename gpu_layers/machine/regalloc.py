@@ -96,6 +96,7 @@ def interference(kernel, lv=None) -> dict:
             graph.setdefault(r, set())
     for r in lv.entry:
         graph.setdefault(r, set())
+    calls = {c for c, _, _ in kernel.calls}
     entry = sorted(lv.entry)
     for k, a in enumerate(entry):         # the entry "writes" every register live there
         for b in entry[k + 1:]:
@@ -104,11 +105,14 @@ def interference(kernel, lv=None) -> dict:
         defs = lv.defs[i]
         if not defs:
             continue
+        call = i in calls           # a call's writes are its routine's, ordered inside it
         for d in defs:
             for r in lv.live_out[i]:
-                edge(d, r)
-            for e in defs:
-                edge(d, e)
+                if not (call and r in defs):
+                    edge(d, r)
+            if not call:
+                for e in defs:
+                    edge(d, e)
         for s in _hazard_sources(ins, width):
             for d in defs:
                 edge(d, s)
@@ -126,15 +130,28 @@ def _hazard_sources(ins, width) -> list:
 
 def _floor(kernel, lv, w) -> int:
     """Most registers of width w that must hold distinct values at one point: those live after an
-    instruction with its destinations (and the sources they must not share with), or live before it."""
-    best = 0
+    instruction with its destinations (and the sources they must not share with), or live before it.
+    At a subroutine call: the values live across it, and the most its routine holds at once (every
+    register the routine touches interferes with every value live across a call)."""
     width = lv.width
+    calls = {c: e for c, e, _ in kernel.calls}
+    at = []
     for i, ins in enumerate(kernel.instructions):
-        after = lv.live_out[i] | lv.defs[i]
-        if lv.defs[i]:
+        after = lv.live_out[i] | (lv.defs[i] if i not in calls else set())
+        if lv.defs[i] and i not in calls:
             after |= set(_hazard_sources(ins, width))
-        before = lv.live_in[i]
-        best = max(best, sum(1 for r in after if width[r] == w), sum(1 for r in before if width[r] == w))
+        at.append(max(sum(1 for r in after if width[r] == w),
+                      sum(1 for r in lv.live_in[i] if width[r] == w)))
+    best = max(at, default=0)
+    for c, e in calls.items():
+        seen, todo = set(), [e]
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                todo += lv.succ[j]
+        across = sum(1 for r in lv.live_out[c] - lv.defs[c] if width[r] == w)
+        best = max(best, across + max(at[j] for j in seen))
     return best
 
 

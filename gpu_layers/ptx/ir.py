@@ -178,6 +178,11 @@ class Kernel:
     line: int = 0
     is_entry: bool = True
     directives: list = field(default_factory=list)    # [(line, text)] e.g. .maxntid, .pragma
+    # machine code only (gpu_layers/machine/softfloat.py): subroutine calls as (index of the call's
+    # bra, index of the routine's entry, index the routine returns to), and the indices of the
+    # routine's return branches; liveness treats a call as one instruction
+    calls: list = field(default_factory=list)
+    returns: frozenset = frozenset()
     module: object = field(default=None, repr=False, compare=False)   # the enclosing Module
 
     def reg_types(self) -> dict:

@@ -1,0 +1,79 @@
+"""Soft-float lowering (gpu_layers/machine/softfloat.py): every f32 form it lowers computes the
+reference interpreter's bits (special values x special values, then random, cancelling and
+near-subnormal operands; scripts/check_softfloat.py runs many more), poison stays poison, and the
+shared subroutine is emitted once however many sites call it."""
+import numpy as np
+import pytest
+
+from gpu_layers.errors import UninitializedRead
+from gpu_layers.interp import launch
+from gpu_layers.interp.snippets import kernel_ptx
+from gpu_layers.machine import allocate, lower
+from gpu_layers.machine.float_forms import FORMS, compare, operands
+from gpu_layers.machine.liveness import liveness
+from gpu_layers.ptx.parser import parse_ptx
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return operands(800, np.random.default_rng(7))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_form_matches_the_interpreter_bit_for_bit(form, ops):
+    want, got, steps = compare(form, *ops)
+    wrong = np.nonzero(want != got)[0]
+    n = ops[0].size
+    assert wrong.size == 0, [(hex(ops[0][i % n]), hex(ops[1][i % n]), hex(ops[2][i % n]), hex(want[i]),
+                              hex(got[i])) for i in wrong[:5]]
+    assert steps > 1            # it really ran machine code of its own
+
+
+OUT = """\tld.param.u64 \t%rd1, [out];
+\tmov.u32 \t%r100, %tid.x;
+\tmul.wide.u32 \t%rd2, %r100, 4;
+\tadd.s64 \t%rd9, %rd1, %rd2;
+\tcvt.rn.f32.u32 \t%f9, %r100;
+"""
+
+
+def _kernel(body):
+    return parse_ptx(kernel_ptx(OUT + body + "\tret;\n")).kernel()
+
+
+def test_an_undefined_operand_gives_an_undefined_result_even_beside_a_nan():
+    # the original's result is undefined whenever an operand is (the "prop" rule); the routine's
+    # select chain would pick the canonical NaN for a NaN operand: the taint keeps it undefined
+    body = ("\tmov.f32 \t%f1, 0f7FC00000;\n\tsetp.lt.u32 \t%p1, %r100, 2;\n\t@%p1 mov.f32 \t%f2, 0f3F800000;\n"
+            "\tfma.rn.f32 \t%f3, %f1, %f2, %f1;\n\tmov.b32 \t%r1, %f3;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    body = body.replace("\tcvt.rn.f32.u32 \t%f9, %r100;\n", "")
+    k = _kernel(body)
+    out = np.zeros(8, np.uint32)
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(k, 1, 8, [out])
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(lower(k), 1, 8, [out])
+
+
+def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
+    body = "".join(f"\tfma.rn.f32 \t%f{i + 1}, %f{i}, 0f3FC00000, 0f3F800000;\n" for i in range(9, 14))
+    body += "\tadd.f32 \t%f20, %f14, %f9;\n\tmul.rz.f32 \t%f21, %f20, %f10;\n\tsub.rm.f32 \t%f22, %f21, %f11;\n"
+    body += "\tmov.b32 \t%r1, %f22;\n\tst.global.u32 \t[%rd9], %r1;\n"
+    k = _kernel(body)
+    mk = lower(k)
+    assert len(mk.calls) == 8 and len({e for _, e, _ in mk.calls}) == 2      # the fma and add entries
+    one = lower(_kernel("\tfma.rn.f32 \t%f22, %f9, %f9, %f9;\n\tmov.b32 \t%r1, %f22;\n"
+                        "\tst.global.u32 \t[%rd9], %r1;\n"))
+    assert len(mk.instructions) - len(one.instructions) < 7 * 16      # code grows per site only
+    a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
+    b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+    # liveness sees a call as one instruction: nothing live across one call is live in the routine
+    lv = liveness(mk)
+    routine = set(range(min(e for _, e, _ in mk.calls), len(mk.instructions)))
+    across = set().union(*(lv.live_out[c] - lv.defs[c] for c, _, _ in mk.calls))
+    assert across and not any(across & lv.live_in[j] for j in routine)
+    ak, al = allocate(mk)
+    assert sum(al.counts.values()) <= 32
+    c = launch(ak, 1, 16, [np.zeros(16, np.uint32)])
+    assert c.buffers[0].tobytes() == a.buffers[0].tobytes()
