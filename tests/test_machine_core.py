@@ -127,55 +127,6 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
         assert dec[i].tobytes() == ref.buffers[i].tobytes()
 
 
-FADD = """
-.version 7.0
-.target sm_75
-.address_size 64
-.visible .entry fadd(.param .u64 pa, .param .u64 pb, .param .u64 pout)
-{
-  .reg .b64 %rd<10>;
-  .reg .b32 %r<3>;
-  .reg .f32 %f<5>;
-  .reg .pred %p<2>;
-  ld.param.u64 %rd1, [pa];
-  ld.param.u64 %rd2, [pb];
-  ld.param.u64 %rd3, [pout];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd4, %r1, 4;
-  add.s64 %rd5, %rd1, %rd4;
-  add.s64 %rd6, %rd2, %rd4;
-  add.s64 %rd7, %rd3, %rd4;
-  ld.global.f32 %f1, [%rd5];
-  ld.global.f32 %f2, [%rd6];
-  add.rn.f32 %f3, %f1, %f2;
-  setp.lt.f32 %p1, %f1, %f2;
-  selp.f32 %f4, %f3, %f1, %p1;
-  st.global.f32 [%rd7], %f4;
-  ret;
-}
-"""
-
-
-def test_core_runs_float_arithmetic_inside_the_model(core):
-    """f32 add and compare, lowered to integer steps (softfloat.py: the add goes through the
-    shared subroutine, a call and a return branch): the model generates the whole trace itself and
-    the outputs equal the interpreter's IEEE results (a tie to even, a subnormal sum, inf - inf)."""
-    fm, ids = core
-    mk, _ = allocate(lower(module_for(FADD).kernel("fadd")))
-    a = np.array([2.0 ** -24 * 3, 2e-39, -np.inf, -3.0], np.float32)
-    b = np.array([1.0, 1e-38, np.inf, 2.0 ** -22], np.float32)
-    args = [a, b, np.zeros(4, np.float32)]
-    prompt, want, lay, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), args, [2])
-    got, bad = run_core(fm, ids, prompt, want)
-    assert bad is None and got == want
-    dec = MM.decode_dump(got, lay, {2: args[2]})
-    ref = launch(module_for(FADD).kernel("fadd"), 1, 4, [a.copy(), b.copy(), np.zeros(4, np.float32)])
-    assert dec[2].tobytes() == ref.buffers[2].tobytes()
-    with np.errstate(invalid="ignore"):
-        ieee = (a + b).view(np.uint32)                                 # numpy's binary32 sum (a < b here)
-    assert dec[2].view(np.uint32).tolist() == [ieee[0], ieee[1], 0x7FFFFFFF, ieee[3]]   # inf - inf: canonical NaN
-
-
 def test_core_faults_on_an_access_outside_the_buffers(core):
     """Lane 1 stores past its buffer (tests/test_memory_map.py's `over` kernel): the model itself
     serves lane 0, ticks to lane 1 and emits <fault> there; the run ends without a dump."""
