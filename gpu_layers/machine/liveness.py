@@ -65,6 +65,7 @@ class Liveness:
     succ: list              # per instruction: successor indices
     live_in: list           # per instruction: registers live before it
     live_out: list          # per instruction: registers live after it
+    routines: dict = field(default_factory=dict)   # per call's bra index: its routine's instructions
 
     @property
     def entry(self) -> set:
@@ -113,16 +114,16 @@ def liveness(kernel) -> Liveness:
     ud = [_uses_defs(ins, width) for ins in code]
     succ = successors(kernel)
     entry_of = {c: e for c, e, _ in kernel.calls}
+    routines = {}
     for c, e in entry_of.items():       # a call writes every register its routine writes
-        seen, todo, defs = set(), [e], set()
+        seen, todo = set(), [e]
         while todo:
             j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            defs |= ud[j][1]
-            todo += succ[j]
-        ud[c] = (ud[c][0], ud[c][1] | defs)
+            if j not in seen:
+                seen.add(j)
+                todo += succ[j]
+        routines[c] = seen
+        ud[c] = (ud[c][0], ud[c][1].union(*(ud[j][1] for j in seen)))
     live_in = [set() for _ in range(n)]
     changed = True
     while changed:
@@ -145,7 +146,7 @@ def liveness(kernel) -> Liveness:
             out |= live_in[j]
         live_out.append(out)
     uses = [u | live_in[entry_of[i]] if i in entry_of else u for i, (u, _) in enumerate(ud)]
-    return Liveness(width, uses, [d for _, d in ud], succ, live_in, live_out)
+    return Liveness(width, uses, [d for _, d in ud], succ, live_in, live_out, routines)
 
 
 def pressure(kernel) -> Pressure:

@@ -134,7 +134,7 @@ def _floor(kernel, lv, w) -> int:
     At a subroutine call: the values live across it, and the most its routine holds at once (every
     register the routine touches interferes with every value live across a call)."""
     width = lv.width
-    calls = {c: e for c, e, _ in kernel.calls}
+    calls = {c for c, _, _ in kernel.calls}
     at = []
     for i, ins in enumerate(kernel.instructions):
         after = lv.live_out[i] | (lv.defs[i] if i not in calls else set())
@@ -143,15 +143,9 @@ def _floor(kernel, lv, w) -> int:
         at.append(max(sum(1 for r in after if width[r] == w),
                       sum(1 for r in lv.live_in[i] if width[r] == w)))
     best = max(at, default=0)
-    for c, e in calls.items():
-        seen, todo = set(), [e]
-        while todo:
-            j = todo.pop()
-            if j not in seen:
-                seen.add(j)
-                todo += lv.succ[j]
+    for c, routine in lv.routines.items():
         across = sum(1 for r in lv.live_out[c] - lv.defs[c] if width[r] == w)
-        best = max(best, across + max(at[j] for j in seen))
+        best = max(best, across + max(at[j] for j in routine))
     return best
 
 
