@@ -77,3 +77,21 @@ def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
     assert sum(al.counts.values()) <= 32
     c = launch(ak, 1, 16, [np.zeros(16, np.uint32)])
     assert c.buffers[0].tobytes() == a.buffers[0].tobytes()
+
+
+def test_division_and_roots_are_entries_of_the_same_routine():
+    # a quotient and a root are rounded by the routine's common part, like a product: one
+    # routine with four entries (rcp is 1 / a: the DIV entry), each site returning to itself
+    body = ("\tadd.f32 \t%f10, %f9, 0f3FC00000;\n\tmul.f32 \t%f11, %f10, %f10;\n"
+            "\tdiv.rn.f32 \t%f12, %f11, %f9;\n\tsqrt.rn.f32 \t%f13, %f12;\n\trcp.rn.f32 \t%f14, %f13;\n"
+            "\tdiv.rz.f32 \t%f15, %f14, %f10;\n\tmov.b32 \t%r1, %f15;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    k = _kernel(body)
+    mk = lower(k)
+    assert len(mk.calls) == 6 and len({e for _, e, _ in mk.calls}) == 4
+    a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
+    b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+    assert len(set(a.buffers[0].tolist())) > 8          # not a constant: every thread differs
+    ak, al = allocate(mk)
+    assert sum(al.counts.values()) <= 32
+    assert launch(ak, 1, 16, [np.zeros(16, np.uint32)]).buffers[0].tobytes() == a.buffers[0].tobytes()

@@ -13,7 +13,7 @@ The interpreter backend runs the kernel twice:
     (gpu_layers.machine.protocol); its outputs are decoded from the tokens alone.
 
 The verdict compares the two bit for bit: "exact" or "differs". A kernel that does not lower yet
-(f32 division and roots, f64 arithmetic) runs on the reference alone ("reference only": nothing
+(f64 arithmetic, f32 atomics) runs on the reference alone ("reference only": nothing
 to compare), and a lowered run that passes its step budget is "not compared". "Correct" is a separate fact:
 for an unchanged suite example the reference interpreter's outputs are also checked against the
 suite's independent numpy reference.

@@ -20,13 +20,16 @@ SPECIAL = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFFFF
            0x34000000, 0x00400000, 0x1F800000, 0x5F800000, 0x3F000000, 0x4B000000, 0xCB000001]
 
 BINARY = [f"{op}{m}.f32" for op in ("add", "sub", "mul") for m in ("", ".rn", ".rz", ".rm", ".rp")]
+DIV = [f"div.{m}.f32" for m in ("rn", "rz", "rm", "rp")]
+UNARY = ["sqrt.rn.f32", "rcp.rn.f32"]
 FMA = [f"fma.{m}.f32" for m in ("rn", "rz", "rm", "rp")] + ["mad.rn.f32"]
 MINMAX = ["min.f32", "max.f32"]
 SETP = [f"setp.{c}.f32" for c in ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu",
                                     "gtu", "geu", "num", "nan")] + ["setp.lt.and.f32", "setp.ge.or.f32"]
 CVT_IN = [f"cvt.{m}.f32.{t}" for t in ("s32", "u32", "s64", "u64", "s16", "u8") for m in ("rn", "rz", "rm", "rp")]
 CVT_OUT = [f"cvt.{m}.{t}.f32" for t in ("s32", "u32", "s64", "u64") for m in ("rni", "rzi", "rmi", "rpi")]
-FORMS = BINARY + FMA + MINMAX + SETP + CVT_IN + CVT_OUT
+CVT_FF = [f"cvt.{m}.f32.f32" for m in ("rni", "rzi", "rmi", "rpi")] + ["cvt.sat.f32.f32"]
+FORMS = BINARY + DIV + UNARY + FMA + MINMAX + SETP + CVT_IN + CVT_OUT + CVT_FF
 
 LOAD = """\tld.param.u64 \t%rd1, [pa];
 \tld.param.u64 \t%rd2, [pb];
@@ -78,7 +81,8 @@ def kernel_for(form: str) -> str:
         else:
             body = f"\t{form} \t%r10, %f1;\n\tst.global.u32 \t[%rd9], %r10;\n"
     else:
-        ops = "%f1, %f2, %f3" if form.startswith(("fma", "mad")) else "%f1, %f2"
+        ops = {"fma": "%f1, %f2, %f3", "mad": "%f1, %f2, %f3", "sqrt": "%f1", "rcp": "%f1",
+               "cvt": "%f1"}.get(form.split(".")[0], "%f1, %f2")
         body = f"\t{form} \t%f4, {ops};\n\tst.global.f32 \t[%rd9], %f4;\n"
     params = [("pa", "u64"), ("pb", "u64"), ("pc", "u64"), ("out", "u64")]
     return kernel_ptx(LOAD + body + "\tret;\n", params=params)

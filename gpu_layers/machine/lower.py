@@ -19,10 +19,11 @@ Expansions keep the interpreter's semantics exactly, poison included:
     into fresh temporaries of their operand's type (`_Emitter.push`; nvcc's `selp.b32 %r1, 1, 0,
     %p1` becomes `mov.b32 %mq7, 1` + `selp.b32 %r1, %mq7, 0, %p1`). Barrier thread counts stay.
 
-Binary32 arithmetic (add/sub/mul/fma in every rounding mode, min/max, setp, conversions to and
-from integers) becomes integer sequences in `softfloat.py`; add, sub, mul and fma share one
-subroutine emitted after the kernel (Kernel.calls records its call sites for liveness). Division,
-square roots, reciprocals, f32 rounding to integral values and f64 arithmetic are refused by name.
+Binary32 arithmetic (add/sub/mul/fma/div in every rounding mode, sqrt, rcp, min/max, setp,
+conversions to and from integers, rounding to integral values, .sat) becomes integer sequences in
+`softfloat.py`; add, sub, mul, fma, div, rcp and sqrt share one subroutine emitted after the
+kernel (Kernel.calls records its call sites for liveness). f64 arithmetic and float atomics are
+refused by name.
 
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
@@ -65,8 +66,6 @@ def _expansion(ins):
         return softfloat.x_fsetp
     if kind == "cvt" and "f32" in ins.types:
         return softfloat.cvt_expansion(ins)
-    if kind == "fbin" and ins.opcode == "div":
-        return None
     return _EXPANSIONS.get(kind)
 
 
@@ -80,7 +79,7 @@ def lower(kernel: Kernel) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded
-    (f32 division, roots and rounding to integral values, f64 arithmetic, for now)."""
+    (f64 arithmetic and f32 atomics, for now)."""
     if kernel.module is not None:
         validate(kernel.module, kernel.name)
     problems = machine_problems(kernel)

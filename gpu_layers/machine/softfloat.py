@@ -1,21 +1,27 @@
 """Binary32 arithmetic lowered to integer machine steps (part of `gpu_layers.machine.lower`).
 
-The compiled machine has no float datapath: add/sub/mul/fma/mad (every rounding mode), min/max,
-setp and the conversions between f32 and integers become integer sequences that compute the IEEE
-result exactly as the reference interpreter does (gpu_layers/interp/fp.py: no ftz, subnormals
-kept, canonical NaN 0x7FFFFFFF, -0 below +0 in min/max).
+The compiled machine has no float datapath: add/sub/mul/fma/mad/div (every rounding mode), sqrt,
+rcp, min/max, setp, the conversions between f32 and integers and rounding to integral values
+become integer sequences that compute the IEEE result exactly as the reference interpreter does
+(gpu_layers/interp/fp.py: no ftz, subnormals kept, canonical NaN 0x7FFFFFFF, -0 below +0 in
+min/max).
 
-add, sub, mul and fma share one **subroutine** (`_emit_fma`), emitted once after the kernel's
-code: each site moves its operands into the argument registers, names itself in a return register
-(a constant, so the return branch never depends on data) and branches to the entry; the routine
-ends in a chain of compares that branches back to the site. A kernel with many float operations
-therefore pays for the routine's code once (the core's program holds 512 PCs). Entries:
+add, sub, mul, fma, div, rcp and sqrt share one **subroutine** (`emit_routines`), emitted once
+after the kernel's code: each site moves its operands into the argument registers, names itself
+in a return register (a constant, so the return branch never depends on data) and branches to an
+entry; the routine ends in a chain of compares that branches back to the site. A kernel with many
+float operations therefore pays for the routine's code once (the core's program holds 512 PCs).
+Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special cases, and one
+common part adds the addend c and rounds once, in the mode held in a register (0 rn, 1 rz, 2 rm,
+3 rp). Entries (only those some site calls are emitted):
 
-  * FMA: a * b + c with the rounding mode in a register (0 rn, 1 rz, 2 rm, 3 rp): the exact
-    48-bit product (a 24-step shift-and-add loop), then the common part;
-  * ADD: a + c, the "product" taken from a directly (a * 1.0 is exact), then the common part.
-    sub flips c's sign first; mul is fma(a, b, -0) (+0 under rm: x + (+-0) rounds like x in every
-    mode, and a zero product keeps its sign).
+  * FMA: a * b, the exact 48-bit product (a 24-step shift-and-add loop);
+  * ADD: a itself (a * 1.0 is exact). sub flips c's sign first; mul is fma(a, b, -0) (+0 under
+    rm: x + (+-0) rounds like x in every mode, and a zero product keeps its sign);
+  * DIV: a / b, a 27-bit quotient of the normalized significands (restoring division, 27 steps)
+    with the remainder's sticky bit below it, c = -0 as for mul; rcp is 1.0 / b;
+  * SQRT: the integer square root of the normalized significand scaled to an even exponent
+    (27 steps, one bit each) with the remainder's sticky bit; sqrt(-0) = -0.
 
 The common part aligns the normalized product and addend in 64-bit words (the smaller one shifted
 right with a sticky bit), adds or subtracts, normalizes, and rounds once at bit 40 (or further
@@ -215,7 +221,7 @@ class _FmaRoutine:
     def __init__(self, em):
         self.a, self.b, self.c = em.tmp(32), em.tmp(32), em.tmp(32)
         self.mode, self.ret, self.out = em.tmp(32), em.tmp(32), em.tmp(32)
-        self.fma, self.add = em.label(), em.label()
+        self.fma, self.add, self.div, self.sqrt = em.label(), em.label(), em.label(), em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
         self.returns = []       # indices of the routine's return branches
 
@@ -228,7 +234,8 @@ def _routine(em) -> _FmaRoutine:
 
 
 def _call(em, entry, a, b, c, mode) -> str:
-    """Branch to the routine's `entry` ("fma" / "add") with these operands; the result register."""
+    """Branch to the routine's `entry` ("fma", "add", "div", "sqrt") with these operands; the
+    result register."""
     r = _routine(em)
     k = len(r.sites)
     back = em.label()
@@ -237,7 +244,7 @@ def _call(em, entry, a, b, c, mode) -> str:
             em.emit(f"mov.b32 {reg}, {v}")
     em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
     em.emit(f"mov.b32 {r.ret}, {k}")
-    target = r.fma if entry == "fma" else r.add
+    target = getattr(r, entry)
     r.sites.append((len(em.code), target, back))
     em.emit(f"bra {target}")
     em.place(back)
@@ -254,18 +261,14 @@ def emit_routines(em) -> None:
     pnan, pinf = em.tmp(1), em.tmp(1)
     used = {target for _, target, _ in r.sites}         # only the entries some site calls
     common = em.label()
-    if r.add in used:       # ADD: the product is a itself (a * 1.0)
-        em.place(r.add)
-        s, sig, e, mag = _fields(B, r.a)
-        em.emit(f"cvt.u64.u32 {P}, {sig}")
-        em.emit(f"sub.s32 {ep}, {e}, 150")
-        em.emit(f"mov.b32 {sp}, {s}")
-        em.emit(f"setp.gt.u32 {pnan}, {mag}, {INF}")
-        em.emit(f"setp.eq.u32 {pinf}, {mag}, {INF}")
-        if r.fma in used:
+    entries = [(lab, emit) for lab, emit in ((r.add, _emit_addend), (r.div, _emit_quotient),
+                                             (r.sqrt, _emit_root), (r.fma, _emit_product))
+               if lab in used]
+    for k, (lab, emit) in enumerate(entries):      # each leaves P * 2^ep, sp, pnan, pinf
+        em.place(lab)
+        emit(B, r, P, ep, sp, pnan, pinf)
+        if k < len(entries) - 1:
             em.emit(f"bra {common}")
-    if r.fma in used:
-        _emit_product(B, r, P, ep, sp, pnan, pinf)
     em.place(common)
     _emit_sum(B, r, P, ep, sp, pnan, pinf)
     for k, (_, _, back) in enumerate(r.sites):                  # return to the calling site
@@ -278,12 +281,99 @@ def emit_routines(em) -> None:
             em.emit(f"bra {back}")
 
 
+def _emit_addend(B, r, P, ep, sp, pnan, pinf):
+    """The ADD entry: the "product" is a itself (a * 1.0)."""
+    em = B.em
+    s, sig, e, mag = _fields(B, r.a)
+    em.emit(f"cvt.u64.u32 {P}, {sig}")
+    em.emit(f"sub.s32 {ep}, {e}, 150")
+    em.emit(f"mov.b32 {sp}, {s}")
+    em.emit(f"setp.gt.u32 {pnan}, {mag}, {INF}")
+    em.emit(f"setp.eq.u32 {pinf}, {mag}, {INF}")
+
+
+def _normalized(B, sig, e):
+    """(sig shifted to a leading one at bit 23, the biased exponent lowered to match): a
+    subnormal's significand too, so that a quotient or root has its full 26 bits. 0 stays 0."""
+    n = B.sub(32, B.clz(32, sig), 8)
+    return B.shl(32, sig, n), B.sub(32, e, n)
+
+
+def _emit_quotient(B, r, P, ep, sp, pnan, pinf):
+    """The DIV entry: a / b as a 27-bit quotient of the normalized significands (restoring
+    division, one bit per step) with the remainder's sticky bit below it, into P * 2^ep."""
+    em = B.em
+    sa, ma, ea, maga = _fields(B, r.a)
+    sb, mb, eb, magb = _fields(B, r.b)
+    em.emit(f"xor.b32 {sp}, {sa}, {sb}")
+    ainf, binf = B.setp("eq", "u32", maga, INF), B.setp("eq", "u32", magb, INF)
+    azero, bzero = B.setp("eq", "u32", maga, 0), B.setp("eq", "u32", magb, 0)
+    inv = B.por(B.pand(ainf, binf), B.pand(azero, bzero))             # inf / inf, 0 / 0
+    em.emit(f"or.pred {pnan}, {B.por(_is_nan(B, maga), _is_nan(B, magb))}, {inv}")
+    em.emit(f"or.pred {pinf}, {ainf}, {bzero}")                       # x / 0 is infinite
+    x, ex = _normalized(B, ma, ea)
+    y, ey = _normalized(B, mb, eb)
+    # a / b = (x / y) * 2^(ex - ey), and x * 2^26 / y has 26 or 27 bits
+    em.emit(f"sub.s32 {ep}, {B.sub(32, ex, ey)}, 27")
+    rem, q, cnt = em.tmp(32), em.tmp(32), em.tmp(32)
+    em.emit(f"selp.b32 {rem}, 0, {x}, {binf}")                        # x / inf is 0
+    em.emit(f"mov.b32 {q}, 0")
+    em.emit(f"mov.b32 {cnt}, 27")
+    top = em.label()
+    em.place(top)                       # rem < 2y throughout (x < 2^24 <= 2y)
+    take = B.setp("ge", "u32", rem, y)
+    em.emit(f"selp.b32 {rem}, {B.sub(32, rem, y)}, {rem}, {take}")
+    q2 = B.shl(32, q, 1)
+    em.emit(f"selp.b32 {q}, {B.or_(32, q2, 1)}, {q2}, {take}")
+    em.emit(f"shl.b32 {rem}, {rem}, 1")
+    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
+    more = B.setp("ne", "u32", cnt, 0)
+    em.emit(f"@{more} bra {top}")
+    sticky = B.sel(32, 1, 0, B.setp("ne", "b32", rem, 0))
+    em.emit(f"cvt.u64.u32 {P}, {B.or_(32, B.shl(32, q, 1), sticky)}")
+
+
+def _emit_root(B, r, P, ep, sp, pnan, pinf):
+    """The SQRT entry: the integer square root of the normalized significand (an even exponent,
+    scaled by 2^28: a 26- or 27-bit root, one bit per step) with the remainder's sticky bit below
+    it, into P * 2^ep. sqrt(-0) = -0 (the sign is a's), a negative number gives NaN."""
+    em = B.em
+    s, sig, e, mag = _fields(B, r.a)
+    em.emit(f"mov.b32 {sp}, {s}")
+    neg = B.pand(B.setp("ne", "b32", s, 0), B.setp("ne", "u32", mag, 0))
+    em.emit(f"or.pred {pnan}, {_is_nan(B, mag)}, {neg}")
+    em.emit(f"setp.eq.u32 {pinf}, {mag}, {INF}")
+    m, be = _normalized(B, sig, e)
+    E = B.sub(32, be, 150)                  # a = m * 2^E; make E even
+    odd = B.and_(32, E, 1)
+    m = B.shl(32, m, odd)
+    E = B.sub(32, E, odd)
+    # sqrt(a) = sqrt(m * 2^28) * 2^(E/2 - 14)
+    em.emit(f"shr.s32 {ep}, {E}, 1")
+    em.emit(f"sub.s32 {ep}, {ep}, 15")
+    num, res, bit = em.tmp(64), em.tmp(64), em.tmp(64)
+    em.emit(f"shl.b64 {num}, {B.cvt(64, 32, m)}, 28")        # < 2^53
+    em.emit(f"mov.b64 {res}, 0")
+    em.emit(f"mov.b64 {bit}, {1 << 52}")
+    top = em.label()
+    em.place(top)                           # 27 steps: bit = 4^26 .. 4^0
+    t = B.add(64, res, bit)
+    take = B.setp("ge", "u64", num, t)
+    em.emit(f"selp.b64 {num}, {B.sub(64, num, t)}, {num}, {take}")
+    em.emit(f"shr.u64 {res}, {res}, 1")
+    em.emit(f"selp.b64 {res}, {B.add(64, res, bit)}, {res}, {take}")
+    em.emit(f"shr.u64 {bit}, {bit}, 2")
+    more = B.setp("ne", "b64", bit, 0)
+    em.emit(f"@{more} bra {top}")
+    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", num, 0))
+    em.emit(f"or.b64 {P}, {B.shl(64, res, 1)}, {sticky}")
+
+
 def _emit_product(B, r, P, ep, sp, pnan, pinf):
     """The FMA entry: the exact product of a and b into P * 2^ep (sign sp), its NaN / inf cases
     (signs, exponent and special cases first, so only the significands and the product stay live
     through the loop)."""
     em = B.em
-    em.place(r.fma)
     sa, ma, ea, maga = _fields(B, r.a)
     sb, mb, eb, magb = _fields(B, r.b)
     em.emit(f"add.u32 {ep}, {B.add(32, ea, eb)}, -300")
@@ -390,17 +480,33 @@ def _rmode(ins) -> str:
     return next((m for m in ins.modifiers if m in MODES), "rn")
 
 
+def _zero(mode):
+    """The addend that leaves a product, quotient or root unchanged in `mode`, zeros' signs
+    included: -0, or +0 when rounding down (x + (+-0) rounds like x; an exact zero keeps x's sign)."""
+    return 0 if mode == "rm" else SIGN
+
+
 def x_fbin(em, ins):
-    """add/sub/mul.f32 (div is refused before this: `lower.machine_problems`)."""
+    """add/sub/mul/div.f32."""
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
     mode = _rmode(ins)
     B = _B(em)
-    if ins.opcode == "mul":
-        out = _call(em, "fma", a, b, 0 if mode == "rm" else SIGN, mode)
+    if ins.opcode in ("mul", "div"):
+        out = _call(em, "fma" if ins.opcode == "mul" else "div", a, b, _zero(mode), mode)
     else:
         c = b if ins.opcode == "add" else B.xor(32, b, SIGN)
         out = _call(em, "add", a, None, c, mode)
     _write(em, ins, out, B.taint([a, b]))
+
+
+def x_funary(em, ins):
+    """sqrt.rn.f32 and rcp.rn.f32 (= 1.0 / a, as the interpreter defines it)."""
+    a = _val(ins.operands[1])
+    if ins.opcode == "sqrt":
+        out = _call(em, "sqrt", a, None, _zero("rn"), "rn")
+    else:
+        out = _call(em, "div", 0x3F800000, a, _zero("rn"), "rn")
+    _write(em, ins, out, _B(em).taint([a]))
 
 
 def x_ffma(em, ins):
@@ -555,6 +661,50 @@ def x_cvt_to_int(em, ins):
     _write(em, ins, val, B.taint([x]), w)
 
 
+def x_cvt_round_integral(em, ins):
+    """cvt.{rni,rzi,rmi,rpi}.f32.f32: clear the fraction bits of |x| (2^k, k = 150 - exponent,
+    is the unit), adding one unit when the mode rounds away; a carry into the exponent is the
+    right value. |x| < 1 gives 0 or 1, the sign stays (-0.3 -> -0), |x| >= 2^23 and infinities
+    are already integral, NaN gives the canonical NaN."""
+    B = _B(em)
+    mode = next(m for m in ins.modifiers if m in ("rni", "rzi", "rmi", "rpi"))
+    x = _val(ins.operands[1])
+    mag = B.and_(32, x, 0x7FFFFFFF)
+    e = B.shr(32, mag, 23)
+    one = B.shl(32, 1, B.umin(32, B.sub(32, 150, e), 23))
+    rem = B.and_(32, mag, B.sub(32, one, 1))
+    trunc = B.xor(32, mag, rem)
+    neg = B.setp("lt", "s32", x, 0)
+    if mode == "rni":
+        half = B.shr(32, one, 1)
+        odd = B.setp("ne", "b32", B.and_(32, mag, one), 0)
+        up = B.por(B.setp("gt", "u32", rem, half), B.pand(B.setp("eq", "b32", rem, half), odd))
+        small_up = B.setp("gt", "u32", mag, 0x3F000000)
+    elif mode == "rzi":
+        up = small_up = False
+    else:
+        away = neg if mode == "rmi" else B.pnot(neg)
+        up = B.pand(away, B.setp("ne", "b32", rem, 0))
+        small_up = B.pand(away, B.setp("ne", "b32", mag, 0))
+    res = B.sel(32, B.sel(32, 0x3F800000, 0, small_up), B.sel(32, B.add(32, trunc, one), trunc, up),
+                B.setp("lt", "u32", e, 127))
+    res = B.or_(32, B.and_(32, x, SIGN), res)
+    res = B.sel(32, x, res, B.setp("ge", "u32", e, 150))
+    res = B.sel(32, CANON_NAN, res, _is_nan(B, mag))
+    _write(em, ins, res, B.taint([x]))
+
+
+def x_cvt_sat(em, ins):
+    """cvt.sat.f32.f32: clamp to [0, 1]; NaN and -0 give +0."""
+    B = _B(em)
+    x = _val(ins.operands[1])
+    mag = B.and_(32, x, 0x7FFFFFFF)
+    neg = B.setp("lt", "s32", x, 0)
+    res = B.sel(32, 0x3F800000, x, B.setp("ge", "u32", mag, 0x3F800000))
+    res = B.sel(32, 0, res, B.por(neg, _is_nan(B, mag)))
+    _write(em, ins, res, B.taint([x]))
+
+
 def cvt_expansion(ins):
     """The expansion of an f32 <-> integer cvt, or None."""
     dt, st = ins.types
@@ -563,7 +713,10 @@ def cvt_expansion(ins):
         return x_cvt_from_int
     if st == "f32" and dt in _INT_LIMITS:
         return x_cvt_to_int
+    if st == dt == "f32":
+        return x_cvt_sat if "sat" in ins.modifiers else x_cvt_round_integral
     return None
 
 
-FLOAT_EXPANSIONS = {"fbin": x_fbin, "ffma": x_ffma, "fminmax": x_fminmax, "fsetp": x_fsetp}
+FLOAT_EXPANSIONS = {"fbin": x_fbin, "ffma": x_ffma, "funary": x_funary, "fminmax": x_fminmax,
+                    "fsetp": x_fsetp}
