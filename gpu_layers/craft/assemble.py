@@ -355,7 +355,10 @@ def _addr_rows(f, slots: int, one: int, W: int) -> list[np.ndarray]:
     return rows
 
 
-def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: float, W: int) -> dict:
+def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: float, W: int,
+                as_numpy: bool = False) -> dict:
+    """One layer's weights, computed in float64 and rounded once to float32: torch tensors, or
+    numpy arrays (as_numpy, for the fast executor: the same bits without a round trip)."""
     one = c.layout.one.start
     I, nk, nv = s.intermediate_size, s.linear_num_key_heads, s.linear_num_value_heads
     dk, dv, K = s.linear_key_head_dim, s.linear_value_head_dim, s.linear_conv_kernel_dim
@@ -442,7 +445,10 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
         k += 1
     assert k <= I
 
-    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    if as_numpy:
+        t = lambda a: np.asarray(a, dtype=np.float32)  # noqa: E731
+    else:
+        t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
     eps = s.rms_norm_eps
     return {
         "input_layernorm.weight": t(_norm_weight(ss_in, W, eps)),
@@ -497,9 +503,10 @@ def _passes(c: Circuit, s: Shapes, check: bool = True):
     return plans, position, sumsq, W, names, embed, unembed, final
 
 
-def _layers(c: Circuit, s: Shapes, plans, sumsq, W):
+def _layers(c: Circuit, s: Shapes, plans, sumsq, W, as_numpy=False):
     """The compiled layers, one at a time."""
-    return (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W) for L, pl in enumerate(plans))
+    return (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W, as_numpy)
+            for L, pl in enumerate(plans))
 
 
 def compile_fast(c: Circuit, config, check: bool = True):
@@ -513,7 +520,7 @@ def compile_fast(c: Circuit, config, check: bool = True):
 
     s = Shapes.of(config)
     plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check)
-    layers = _layers(c, s, plans, sumsq, W)
+    layers = _layers(c, s, plans, sumsq, W, as_numpy=True)
     return FastMachine.streamed(s.asdict(), W, layers, embed.numpy(), unembed.numpy(), final), names
 
 

@@ -45,6 +45,8 @@ rounds activations at each op; that is not reimplemented).
 """
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -172,6 +174,86 @@ def _nz_rows(w: np.ndarray) -> np.ndarray:
     return np.flatnonzero((w != 0).any(1))
 
 
+class _SparseRows:
+    """A projection kept as its nonzero entries, row by row: `w @ x` costs the nonzeros instead
+    of rows x columns (a compiled layer's projections are 98-99.8 % zeros, the LM head's rows a
+    few dozen entries). Rows that read the same columns form one dense block (the LM head: 45
+    blocks for 61,574 rows), one matrix-vector product each, when there are few such patterns;
+    otherwise torch's CSR product (each row one sum: rows are split among threads, never one
+    row). A row without nonzeros gives exactly 0."""
+    __slots__ = ("shape", "rows", "ptr", "idx", "val", "blocks", "_A")
+    MAX_BLOCKS = 64
+
+    def __init__(self, M: np.ndarray, rows: np.ndarray | None = None, n_rows: int | None = None):
+        """From a dense M, or from M's nonzero rows `rows` (of n_rows) already cut out."""
+        if rows is None:
+            rows, n_rows = _nz_rows(M), M.shape[0]
+            M = M[rows]
+        self.shape, self.rows = (n_rows, M.shape[1]), rows
+        self.ptr, self.idx, self.val = _csr(M)
+        self._A = None
+        pats = {}
+        for i in range(len(rows)):
+            pats.setdefault(self.idx[self.ptr[i]:self.ptr[i + 1]].tobytes(), []).append(i)
+        self.blocks = None
+        if len(pats) <= self.MAX_BLOCKS:
+            self.blocks = []
+            for rs in pats.values():
+                rs = np.array(rs)
+                cols = self.idx[self.ptr[rs[0]]:self.ptr[rs[0] + 1]].astype(np.int64)
+                self.blocks.append((rows[rs], cols, np.ascontiguousarray(M[np.ix_(rs, cols)])))
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_A"}
+
+    def __setstate__(self, st):
+        for k, v in st.items():
+            setattr(self, k, v)
+        self._A = None
+
+    @property
+    def size(self) -> int:
+        """The entries kept."""
+        return len(self.val)
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        if self.blocks is not None:
+            out = np.zeros(self.shape[0], dtype=F32)
+            for rows, cols, B in self.blocks:
+                out[rows] = B @ x[cols]
+            return out
+        if self._A is None:
+            with warnings.catch_warnings():         # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore")
+                self._A = torch.sparse_csr_tensor(
+                    torch.from_numpy(self.ptr), torch.from_numpy(self.idx.astype(np.int64)),
+                    torch.from_numpy(self.val), size=(len(self.rows), self.shape[1]), check_invariants=False)
+        y = torch.mv(self._A, torch.from_numpy(np.ascontiguousarray(x, dtype=F32))).numpy()
+        if len(self.rows) == self.shape[0]:
+            return y
+        out = np.zeros(self.shape[0], dtype=F32)
+        out[self.rows] = y
+        return out
+
+
+def _one_per_head(k: np.ndarray):
+    """(heads, dims) of k's nonzeros when no head (row) has more than one, else (None, None): the
+    state's delta rule and read-out then touch one state row per head. Same values as the dense
+    products: the other terms are exact zeros (0 * finite)."""
+    h, j = np.nonzero(k)
+    if len(h) > k.shape[0] or (len(h) > 1 and (np.diff(h) == 0).any()):
+        return None, None
+    return h, j
+
+
+def _matrix(M: np.ndarray):
+    """A projection for `w @ x`: sparse when it is large and at most a quarter of its entries are
+    nonzero (below 2^16 entries a dense product costs less than the sparse call)."""
+    if M.size >= 1 << 16 and np.count_nonzero(M) * 4 <= M.size:
+        return _SparseRows(M)
+    return np.ascontiguousarray(M)
+
+
 class FastMachine:
     def __init__(self, compiled: CompiledMachine, dtype=torch.float32):
         if dtype != torch.float32:
@@ -226,12 +308,11 @@ class FastMachine:
         fn = _np(final_norm)
         self._finite("final_norm", fn)
         nz = U != 0
-        self.head_rows, self.head_cols = np.flatnonzero(nz.any(1)), np.flatnonzero(nz.any(0))
+        rows, self.head_cols = np.flatnonzero(nz.any(1)), np.flatnonzero(nz.any(0))
         del nz
-        ptr, idx, val = _csr(U[self.head_rows][:, self.head_cols])
-        self.head_starts, self.head_idx, self.head_val = ptr[:-1], idx, val
+        self.head = _SparseRows(U[rows][:, self.head_cols], rows, self.V)   # rows of zeros: logit 0
+        del U
         self.final_w = (F32(1.0) + fn)[self.head_cols]
-        self._logits = np.zeros(self.V, dtype=F32)
 
     # ---- compaction -------------------------------------------------------------------------
 
@@ -258,7 +339,7 @@ class FastMachine:
             if tuple(layer[k].shape) != shape:
                 raise FastMachineError(f"compiled layer {i} {k}: shape {tuple(layer[k].shape)}, but the "
                                        f"machine's layer_shapes give {shape}")
-            t[k] = _np(layer[k])
+            t[k] = _f32(layer[k])      # numpy float32 (streamed layers) is read in place
             self._finite(f"compiled layer {i} {k}", t[k])
         return _Layer(self._compact_mixer(t), self._compact_mlp(t))
 
@@ -323,13 +404,13 @@ class FastMachine:
         last_only = not (cw[:-1] != 0).any()
         return _Mixer(heads=heads, kdims=kdims, vdims=vdims, cols=cols,
                       norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
-                      w_in=np.ascontiguousarray(rows[:, cols]), C=len(used), Z=len(z_rows),
+                      w_in=_matrix(rows[:, cols]), C=len(used), Z=len(z_rows),
                       conv_w=np.ascontiguousarray(cw[-1]) if last_only else cw, last_tap_only=last_only,
                       gather=gather, neg_A=neg_A, dt_bias=dt_bias, decay=decay,
                       gate_open=decay is not None and bool((decay == 1.0).all()),
                       out_heads=np.array(out_heads, dtype=np.int64), z_gather=z_gather, gnorm_w=gnorm_w,
                       out_sel=np.array(out_sel, dtype=np.int64),
-                      w_out=np.ascontiguousarray(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
+                      w_out=_matrix(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
                       scratch=np.zeros(1 + len(used) + len(z_rows), dtype=F32))
 
     def _compact_mlp(self, t) -> _MLP | None:
@@ -341,8 +422,8 @@ class FastMachine:
         cols = np.flatnonzero((gu != 0).any(0))
         rows = _nz_rows(d[:, live])
         return _MLP(cols=cols, norm_w=(F32(1.0) + t["post_attention_layernorm.weight"])[cols],
-                    w_gu=np.ascontiguousarray(gu[:, cols]), N=len(live),
-                    w_down=np.ascontiguousarray(d[np.ix_(rows, live)]), rows=rows)
+                    w_gu=_matrix(gu[:, cols]), N=len(live),
+                    w_down=_matrix(d[np.ix_(rows, live)]), rows=rows)
 
     # ---- execution --------------------------------------------------------------------------
 
@@ -380,16 +461,30 @@ class FastMachine:
         k = qk[:, 1]
         v = qkv[:, 2 * d:]
         if mx.decay is None:
-            S *= np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))[:, None, None]
+            g = np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))
+            if not (g == 1).all():                             # an open gate: S * 1 is S
+                S *= g[:, None, None]
         elif not mx.gate_open:
             S *= mx.decay
-        kv = np.matmul(k[:, None, :], S)[:, 0]                 # S^T k
-        delta = (v - kv) * beta[:, None]
-        S += k[:, :, None] * delta[:, None, :]
+        hk, jk = _one_per_head(k)
+        if hk is None:
+            kv = np.matmul(k[:, None, :], S)[:, 0]             # S^T k
+            delta = (v - kv) * beta[:, None]
+            S += k[:, :, None] * delta[:, None, :]
+        else:                                                  # one-hot keys: one row per head
+            kv = np.zeros(v.shape, dtype=F32)
+            kv[hk] = k[hk, jk, None] * S[hk, jk]
+            delta = (v - kv) * beta[:, None]
+            S[hk, jk] += k[hk, jk, None] * delta[hk]
         if len(mx.out_sel) == 0:
             return
         oh = mx.out_heads
-        o = np.matmul(q[oh, None, :], S[oh])[:, 0]             # S^T q, (H_out, e)
+        hq, jq = _one_per_head(q[oh])
+        if hq is None:
+            o = np.matmul(q[oh, None, :], S[oh])[:, 0]         # S^T q, (H_out, e)
+        else:
+            o = np.zeros((len(oh), S.shape[2]), dtype=F32)
+            o[hq] = q[oh[hq], jq, None] * S[oh[hq], jq]
         o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)   # mean over all dv dims
         o = (mx.gnorm_w * o) * ext[mx.z_gather]
         x[mx.out_rows] += mx.w_out @ o.reshape(-1)[mx.out_sel]
@@ -412,11 +507,7 @@ class FastMachine:
                 if L.mlp is not None:
                     self._mlp(L.mlp, x)
         state.tokens.append(int(token_id))
-        logits = self._logits
-        if len(self.head_rows):
-            v = self._norm(x, self.head_cols, self.final_w)
-            logits[self.head_rows] = np.add.reduceat(self.head_val * v[self.head_idx], self.head_starts)
-        return logits
+        return self.head @ self._norm(x, self.head_cols, self.final_w)
 
     def step(self, state: FastState, token_id: int, logits: bool = False):
         """Feed one token; returns the greedy next token (int), or a copy of the logits (V,) as a
@@ -460,7 +551,7 @@ class FastMachine:
 
     def describe(self) -> str:
         """What the compaction kept, per layer."""
-        lines = [f"W={self.W} V={self.V} layers={len(self.layers)} LM head {len(self.head_rows)} rows x "
+        lines = [f"W={self.W} V={self.V} layers={len(self.layers)} LM head {len(self.head.rows)} rows x "
                  f"{len(self.head_cols)} cols"]
         for i, L in enumerate(self.layers):
             m, p = L.mixer, L.mlp
