@@ -2,7 +2,7 @@
 # qwenGPU's one entry point for newcomers and CI.
 #   ./run.sh          install (once) into .venv, then start the web app on the tiny host
 #                     (prints the local URL, http://127.0.0.1:7860; --port N / --host ADDR pass through)
-#   ./run.sh test     install (once) into .venv, then run the test suite
+#   ./run.sh test     install (once) into .venv, then run the test suite (2 worker processes)
 #   ./run.sh demo     the command-line demo (one kernel end to end)
 #   ./run.sh CMD ...  any other `python -m gpu_layers` command (ptx, run, kl)
 set -euo pipefail
@@ -19,7 +19,7 @@ case "${1:-app}" in
     app) shift || true; echo "[qwenGPU] starting the web app (Ctrl+C stops it) ..." >&2
          exec .venv/bin/python app.py "$@" ;;
     --port|--host) exec .venv/bin/python app.py "$@" ;;
-    test) shift; exec .venv/bin/python -m pytest -q "$@" ;;
+    test) shift; exec .venv/bin/python -m pytest -q -n "${QWENGPU_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
     demo) shift || true; exec .venv/bin/python -m gpu_layers demo "$@" ;;
     *) exec .venv/bin/python -m gpu_layers "$@" ;;
 esac

@@ -192,14 +192,8 @@ def test_exact_with_dual_and_memory_read_operands():
     _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": (32, 2048)}), "dual/rail3")
 
 
-@pytest.mark.slow
-def test_exact_sweep_tiny_shapes(tiny_alu):
-    """The long sweep: 1,000 random rows per op and width (3,000+ per op, 115,848 rows with the
-    edges) in prefill, 8,192 of them token by token."""
-    comp, blk = tiny_alu
-    vals, r, q = alu_rows(np.random.default_rng(5), 1000)
-    _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": _prefix(len(r)), "decode": (32, 8192)}),
-                  "tiny sweep")
+# The long sweep (1,000 random rows per op and width, 115,848 rows with the edges, in prefill and
+# 8,192 token by token: about 4 minutes) is scripts/check_alu_sweep.py.
 
 
 def test_block_ref_is_alu_ref(tiny_alu):
