@@ -236,6 +236,9 @@ class _SparseRows:
         return out
 
 
+_CHUNK_ROWS = 8192
+
+
 def _one_per_head(k: np.ndarray):
     """(heads, dims) of k's nonzeros when no head (row) has more than one, else (None, None): the
     state's delta rule and read-out then touch one state row per head. Same values as the dense
@@ -307,10 +310,13 @@ class FastMachine:
         self._finite("unembed", U)
         fn = _np(final_norm)
         self._finite("final_norm", fn)
-        nz = U != 0
-        rows, self.head_cols = np.flatnonzero(nz.any(1)), np.flatnonzero(nz.any(0))
-        del nz
-        self.head = _SparseRows(U[rows][:, self.head_cols], rows, self.V)   # rows of zeros: logit 0
+        live_rows, live_cols = np.zeros(len(U), dtype=bool), np.zeros(U.shape[1], dtype=bool)
+        for a in range(0, len(U), _CHUNK_ROWS):      # in chunks: the core's head is 4 GB of fp32
+            nz = U[a:a + _CHUNK_ROWS] != 0
+            live_rows[a:a + _CHUNK_ROWS] = nz.any(1)
+            live_cols |= nz.any(0)
+        rows, self.head_cols = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
+        self.head = _SparseRows(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
         del U
         self.final_w = (F32(1.0) + fn)[self.head_cols]
 
@@ -318,7 +324,8 @@ class FastMachine:
 
     @staticmethod
     def _finite(name, a):
-        if not np.isfinite(a).all():
+        flat = a.reshape(-1)
+        if not all(np.isfinite(flat[i:i + (1 << 24)]).all() for i in range(0, flat.size, 1 << 24)):
             raise FastMachineError(f"{name} has non-finite values: skipping zero terms would not be exact")
 
     def _compact(self, i: int, layer: dict) -> _Layer:
