@@ -41,6 +41,29 @@ MODES = {"rn": 0, "rz": 1, "rm": 2, "rp": 3}
 _M = {1: 1, 32: 0xFFFFFFFF, 64: (1 << 64) - 1}
 
 
+class Fmt:
+    """An IEEE binary format as the expansions see it: a pattern of `w` bits, `mbits` fraction
+    bits; an exponent always fits a 32-bit register."""
+
+    def __init__(self, name, w, mbits, bias, nan):
+        self.name, self.w, self.mbits, self.bias = name, w, mbits, bias
+        self.sign = 1 << (w - 1)
+        self.mag = self.sign - 1                        # |x| mask
+        self.frac = (1 << mbits) - 1
+        self.hidden = 1 << mbits
+        self.inf = self.mag ^ self.frac                 # exponent all ones, fraction 0
+        self.max = self.inf - 1                         # the largest finite magnitude
+        self.low = bias + mbits                         # x = sig * 2^(e - low) for finite x
+        self.quiet = 1 << (mbits - 1)
+        self.nan = nan          # f32: the canonical NaN of every NaN result; f64: what an invalid
+                                # operation makes (a NaN operand passes through, quieted)
+
+
+F32 = Fmt("f32", 32, 23, 127, CANON_NAN)
+F64 = Fmt("f64", 64, 52, 1023, 0xFFF8000000000000)
+FORMATS = {"f32": F32, "f64": F64}
+
+
 def _val(op):
     """An operand as the builder takes it: an int for an immediate, else the register's name."""
     if isinstance(op, FImm):
@@ -175,20 +198,20 @@ class _B:
         zero = self.setp("eq", f"b{w}", v, 0)          # only for x == 0 (n is then w - 1)
         return self.sel(32, self.add(32, n, 1), n, zero)
 
-    def taint(self, ops):
-        """0, or an undefined value exactly when one of the operands is undefined."""
+    def taint(self, ops, w=32):
+        """0, or an undefined value exactly when one of the operands (w-bit) is undefined."""
         regs = [o for o in ops if isinstance(o, str)]
         if not regs:
             return 0
         t = regs[0]
         for r in regs[1:]:
-            t = self.xor(32, t, r)
-        return self.sub(32, t, t)
+            t = self.xor(w, t, r)
+        return self.sub(w, t, t)
 
-    def taint_pred(self, ops):
+    def taint_pred(self, ops, w=32):
         """False, or an undefined predicate exactly when one of the operands is undefined."""
-        t = self.taint(ops)
-        return False if isinstance(t, int) else self.setp("ne", "b32", t, 0)
+        t = self.taint(ops, w)
+        return False if isinstance(t, int) else self.setp("ne", f"b{w}", t, 0)
 
 
 def _s(w, x):
@@ -196,20 +219,23 @@ def _s(w, x):
     return x - (1 << w) if x >> (w - 1) else x
 
 
-def _fields(B, x):
-    """(sign bit 0/1, significand with the hidden bit, biased exponent clamped to >= 1, |x|) of the
-    binary32 pattern x: x's value is sig * 2^(exp - 150) for every finite x."""
-    mag = B.and_(32, x, 0x7FFFFFFF)
-    sign = B.shr(32, x, 31)
-    e = B.shr(32, mag, 23)
-    frac = B.and_(32, x, 0x7FFFFF)
+def _fields(B, x, F=F32):
+    """(sign bit 0/1, significand with the hidden bit, biased exponent clamped to >= 1 (32-bit),
+    |x|) of the pattern x of format F: x's value is sig * 2^(exp - F.low) for every finite x."""
+    w = F.w
+    mag = B.and_(w, x, F.mag)
+    sign = B.shr(w, x, w - 1)
+    e = B.shr(w, mag, F.mbits)
+    if w == 64:
+        e = B.cvt(32, 64, e)
+    frac = B.and_(w, x, F.frac)
     sub = B.setp("eq", "b32", e, 0)
-    sig = B.sel(32, frac, B.or_(32, frac, 0x800000), sub)
+    sig = B.sel(w, frac, B.or_(w, frac, F.hidden), sub)
     return sign, sig, B.sel(32, 1, e, sub), mag
 
 
-def _is_nan(B, mag):
-    return B.setp("gt", "u32", mag, INF)
+def _is_nan(B, mag, F=F32):
+    return B.setp("gt", f"u{F.w}", mag, F.inf)
 
 
 # ----------------------------------------------------------------------- the shared subroutine
@@ -467,11 +493,13 @@ def _emit_sum(B, r, P, ep, sp, pnan, pinf):
 # --------------------------------------------------------------------------- the expansions
 
 
-def _write(em, ins, value, taint, w=32):
-    """The one guarded write of the destination: value ^ taint (taint: `_B.taint`, 32-bit)."""
+def _write(em, ins, value, taint, w=32, tw=32):
+    """The one guarded write of the w-bit destination: value ^ taint (`_B.taint`, tw bits)."""
     B = _B(em)
     if not (isinstance(taint, int) and taint == 0):
-        value = B.xor(w, value, taint if w == 32 else B.cvt(64, 32, taint))
+        if tw != w:
+            taint = B.cvt(w, tw, taint)
+        value = B.xor(w, value, taint)
     g = f"{ins.guard} " if ins.guard else ""
     em.emit(f"{g}mov.b{w} {ins.operands[0]}, {value}")
 
