@@ -66,6 +66,8 @@ def _expansion(ins):
         return softfloat.x_fsetp
     if kind == "cvt" and "f32" in ins.types:
         return softfloat.cvt_expansion(ins)
+    if kind in ("atom", "red") and "add" in ins.modifiers and ins.types[-1] in softfloat.FORMATS:
+        return softfloat.x_fatom
     return _EXPANSIONS.get(kind)
 
 
@@ -96,7 +98,7 @@ def lower(kernel: Kernel) -> Kernel:
         else:
             _expansion(ins)(em, ins)
     starts.append(len(em.code))
-    if getattr(em, "fma_routine", None) is not None:
+    if softfloat.has_routines(em):
         last = kernel.instructions[-1] if kernel.instructions else None
         ends = last is not None and SUPPORTED[last.name].kind == "exit" and last.guard is None
         if not ends or starts[-1] in {starts[i] for i in kernel.labels.values()}:

@@ -55,6 +55,7 @@ class Fmt:
         self.max = self.inf - 1                         # the largest finite magnitude
         self.low = bias + mbits                         # x = sig * 2^(e - low) for finite x
         self.quiet = 1 << (mbits - 1)
+        self.one = bias << mbits                        # 1.0
         self.nan = nan          # f32: the canonical NaN of every NaN result; f64: what an invalid
                                 # operation makes (a NaN operand passes through, quieted)
 
@@ -238,36 +239,246 @@ def _is_nan(B, mag, F=F32):
     return B.setp("gt", f"u{F.w}", mag, F.inf)
 
 
+# ----------------------------------------------------------------------- routine words
+
+
+class _W64:
+    """The float routine's wide words for binary32: one 64-bit register (a product has 48 bits)."""
+
+    w = 64
+
+    def __init__(self, B):
+        self.B = B
+
+    def reg(self):
+        return self.B.tmp(64)
+
+    def set(self, dst, v):
+        self.B.emit(f"mov.b64 {dst}, {v}")
+
+    def set_from(self, dst, x, w):
+        """dst = the w-bit x zero-extended."""
+        self.B.emit(f"cvt.u64.u32 {dst}, {x}" if w == 32 else f"mov.b64 {dst}, {x}")
+
+    def set_sel(self, dst, a, b, p):
+        self.B.emit(f"selp.b64 {dst}, {a}, {b}, {p}")
+
+    def step(self, dst, op, n):
+        """dst = dst shifted by the constant n ("shl" / "shr"), in place."""
+        self.B.emit(f"{op}.{'b64' if op == 'shl' else 'u64'} {dst}, {dst}, {n}")
+
+    def from_(self, x, w):
+        return x if w == 64 else self.B.cvt(64, w, x)
+
+    def add(self, a, b):
+        return self.B.add(64, a, b)
+
+    def sub(self, a, b):
+        return self.B.sub(64, a, b)
+
+    def and_(self, a, b):
+        return self.B.and_(64, a, b)
+
+    def or_low(self, a, v):
+        """a | v for a 64-bit v."""
+        return self.B.or_(64, a, v)
+
+    def shl(self, a, n):
+        return self.B.shl(64, a, n)
+
+    def shr(self, a, n):
+        return self.B.shr(64, a, n)
+
+    def clz(self, a):
+        return self.B.clz(64, a)
+
+    def setp(self, cmp, a, b):
+        return self.B.setp(cmp, "b64" if cmp in ("eq", "ne") else "u64", a, b)
+
+    def sel(self, a, b, p):
+        return self.B.sel(64, a, b, p)
+
+    def low(self, a, w):
+        """The low w bits."""
+        return a if w == 64 else self.B.cvt(w, 64, a)
+
+
+class _W128:
+    """The float routine's wide words for binary64: a (high, low) pair of 64-bit registers (a
+    product has 106 bits). A value is a Python int (a constant) or a pair of operands; shifts by
+    a register use PTX's clamped shift amounts (a shift by 64 or more gives 0), so no branch and
+    no case split is needed."""
+
+    w = 128
+
+    def __init__(self, B):
+        self.B = B
+
+    @staticmethod
+    def parts(x):
+        return (x >> 64, x & _M[64]) if isinstance(x, int) else x
+
+    @staticmethod
+    def _pack(hi, lo):
+        return (hi << 64) | lo if isinstance(hi, int) and isinstance(lo, int) else (hi, lo)
+
+    def reg(self):
+        return (self.B.tmp(64), self.B.tmp(64))
+
+    def set(self, dst, v):
+        for d, x in zip(dst, self.parts(v)):
+            self.B.emit(f"mov.b64 {d}, {x}")
+
+    def set_from(self, dst, x, w):
+        self.B.emit(f"mov.b64 {dst[0]}, 0")
+        self.B.emit(f"cvt.u64.u32 {dst[1]}, {x}" if w == 32 else f"mov.b64 {dst[1]}, {x}")
+
+    def set_sel(self, dst, a, b, p):
+        for d, x, y in zip(dst, self.parts(a), self.parts(b)):
+            self.B.emit(f"selp.b64 {d}, {x}, {y}, {p}")
+
+    def step(self, dst, op, n):
+        """dst shifted by the constant 0 < n < 64, in place (the part read last is written last)."""
+        B, (h, lo) = self.B, dst
+        if op == "shl":
+            B.emit(f"or.b64 {h}, {B.shl(64, h, n)}, {B.shr(64, lo, 64 - n)}")
+            B.emit(f"shl.b64 {lo}, {lo}, {n}")
+        else:
+            B.emit(f"or.b64 {lo}, {B.shr(64, lo, n)}, {B.shl(64, h, 64 - n)}")
+            B.emit(f"shr.u64 {h}, {h}, {n}")
+
+    def from_(self, x, w):
+        return self._pack(0, x if w == 64 else self.B.cvt(64, w, x))
+
+    def _or(self, a, b):
+        if isinstance(a, int) and a == 0:
+            return b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.B.or_(64, a, b)
+
+    def _sh(self, op, a, n):
+        if isinstance(a, int) and a == 0:
+            return 0
+        return (self.B.shl if op == "shl" else self.B.shr)(64, a, n)
+
+    def add(self, a, b):
+        B, (ah, al), (bh, bl) = self.B, self.parts(a), self.parts(b)
+        lo = B.add(64, al, bl)
+        carry = B.setp("lt", "u64", lo, al)
+        return self._pack(B.add(64, B.add(64, ah, bh), B.sel(64, 1, 0, carry)), lo)
+
+    def sub(self, a, b):
+        B, (ah, al), (bh, bl) = self.B, self.parts(a), self.parts(b)
+        borrow = B.setp("lt", "u64", al, bl)
+        return self._pack(B.sub(64, B.sub(64, ah, bh), B.sel(64, 1, 0, borrow)), B.sub(64, al, bl))
+
+    def and_(self, a, b):
+        B, (ah, al), (bh, bl) = self.B, self.parts(a), self.parts(b)
+        return self._pack(B.and_(64, ah, bh), B.and_(64, al, bl))
+
+    def or_low(self, a, v):
+        ah, al = self.parts(a)
+        return self._pack(ah, self._or(al, v))
+
+    def shl(self, a, n):
+        if isinstance(a, int) and isinstance(n, int):
+            return (a << n) & ((1 << 128) - 1) if n < 128 else 0
+        B, (ah, al) = self.B, self.parts(a)
+        if isinstance(n, int):
+            if n >= 64:
+                return self._pack(self._sh("shl", al, n - 64), 0)
+            if n == 0:
+                return a
+            return self._pack(self._or(self._sh("shl", ah, n), self._sh("shr", al, 64 - n)),
+                              self._sh("shl", al, n))
+        hi = self._or(self._or(self._sh("shl", ah, n), self._sh("shr", al, B.sub(32, 64, n))),
+                      self._sh("shl", al, B.sub(32, n, 64)))
+        return self._pack(hi, self._sh("shl", al, n))
+
+    def shr(self, a, n):
+        if isinstance(a, int) and isinstance(n, int):
+            return a >> n
+        B, (ah, al) = self.B, self.parts(a)
+        if isinstance(n, int):
+            if n >= 64:
+                return self._pack(0, self._sh("shr", ah, n - 64))
+            if n == 0:
+                return a
+            return self._pack(self._sh("shr", ah, n), self._or(self._sh("shr", al, n),
+                                                               self._sh("shl", ah, 64 - n)))
+        lo = self._or(self._or(self._sh("shr", al, n), self._sh("shl", ah, B.sub(32, 64, n))),
+                      self._sh("shr", ah, B.sub(32, n, 64)))
+        return self._pack(self._sh("shr", ah, n), lo)
+
+    def clz(self, a):
+        B, (ah, al) = self.B, self.parts(a)
+        z = B.setp("eq", "b64", ah, 0)
+        return B.add(32, B.clz(64, B.sel(64, al, ah, z)), B.sel(32, 64, 0, z))
+
+    def setp(self, cmp, a, b):
+        B, (ah, al), (bh, bl) = self.B, self.parts(a), self.parts(b)
+        if cmp in ("eq", "ne") and isinstance(b, int) and b == 0:
+            return B.setp(cmp, "b64", B.or_(64, ah, al), 0)
+        if cmp == "eq":
+            return B.pand(B.setp("eq", "b64", ah, bh), B.setp("eq", "b64", al, bl))
+        if cmp == "ne":
+            return B.por(B.setp("ne", "b64", ah, bh), B.setp("ne", "b64", al, bl))
+        strict = B.setp(cmp[0] + "t", "u64", ah, bh)
+        return B.por(strict, B.pand(B.setp("eq", "b64", ah, bh), B.setp(cmp, "u64", al, bl)))
+
+    def sel(self, a, b, p):
+        if isinstance(p, bool):
+            return a if p else b
+        B, pa, pb = self.B, self.parts(a), self.parts(b)
+        return self._pack(*(B.sel(64, x, y, p) for x, y in zip(pa, pb)))
+
+    def low(self, a, w):
+        lo = self.parts(a)[1]
+        return lo if w == 64 else self.B.cvt(w, 64, lo)
+
+
+def _words(B, F):
+    return _W64(B) if F is F32 else _W128(B)
+
+
 # ----------------------------------------------------------------------- the shared subroutine
 
 
-class _FmaRoutine:
-    """Registers and sites of one kernel's float subroutine (created on first use)."""
+class _FloatRoutine:
+    """Registers and sites of one kernel's float subroutine for format F (created on first use;
+    a kernel with f32 and f64 arithmetic has one of each)."""
 
-    def __init__(self, em):
-        self.a, self.b, self.c = em.tmp(32), em.tmp(32), em.tmp(32)
-        self.mode, self.ret, self.out = em.tmp(32), em.tmp(32), em.tmp(32)
+    def __init__(self, em, F):
+        self.F = F
+        self.a, self.b, self.c = em.tmp(F.w), em.tmp(F.w), em.tmp(F.w)
+        self.mode, self.ret, self.out = em.tmp(32), em.tmp(32), em.tmp(F.w)
         self.fma, self.add, self.div, self.sqrt = em.label(), em.label(), em.label(), em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
         self.returns = []       # indices of the routine's return branches
 
 
-def _routine(em) -> _FmaRoutine:
-    r = getattr(em, "fma_routine", None)
+def _routines(em) -> dict:
+    r = getattr(em, "float_routines", None)
     if r is None:
-        r = em.fma_routine = _FmaRoutine(em)
+        r = em.float_routines = {}
     return r
 
 
-def _call(em, entry, a, b, c, mode) -> str:
+def has_routines(em) -> bool:
+    return bool(getattr(em, "float_routines", None))
+
+
+def _call(em, entry, a, b, c, mode, F=F32) -> str:
     """Branch to the routine's `entry` ("fma", "add", "div", "sqrt") with these operands; the
     result register."""
-    r = _routine(em)
+    rs = _routines(em)
+    r = rs.get(F.name) or rs.setdefault(F.name, _FloatRoutine(em, F))
     k = len(r.sites)
     back = em.label()
     for reg, v in ((r.a, a), (r.b, b), (r.c, c)):
         if v is not None:
-            em.emit(f"mov.b32 {reg}, {v}")
+            em.emit(f"mov.b{F.w} {reg}, {v}")
     em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
     em.emit(f"mov.b32 {r.ret}, {k}")
     target = getattr(r, entry)
@@ -277,149 +488,185 @@ def _call(em, entry, a, b, c, mode) -> str:
     return r.out
 
 
-def emit_routines(em) -> None:
-    """The float subroutine after the kernel's code, when some instruction called it."""
-    r = getattr(em, "fma_routine", None)
-    if r is None:
+class _Frame:
+    """What an entry hands the common part: the value P * 2^ep (P a wide word, ep 32-bit) with
+    sign sp, whether the result is a NaN (pnan) or infinite (pinf) before the addend is seen, and
+    for binary64 the NaN it is (pv: NaN operands pass through quieted, in the hardware's order of
+    priority, else the invalid operation's NaN)."""
+
+    def __init__(self, em, Wd, F):
+        self.P, self.ep, self.sp = Wd.reg(), em.tmp(32), em.tmp(F.w)
+        self.pnan, self.pinf = em.tmp(1), em.tmp(1)
+        self.pv = em.tmp(64) if F is F64 else None
+
+
+def _nan_value(B, f, F, ops):
+    """binary64: pnan |= any operand of `ops` (in priority order) is a NaN; pv = the first such
+    operand quieted, else the invalid operation's NaN (used only when pnan is set)."""
+    if F is not F64:
         return
-    B = _B(em)
-    P, ep, sp = em.tmp(64), em.tmp(32), em.tmp(32)
-    pnan, pinf = em.tmp(1), em.tmp(1)
-    used = {target for _, target, _ in r.sites}         # only the entries some site calls
-    common = em.label()
-    entries = [(lab, emit) for lab, emit in ((r.add, _emit_addend), (r.div, _emit_quotient),
-                                             (r.sqrt, _emit_root), (r.fma, _emit_product))
-               if lab in used]
-    for k, (lab, emit) in enumerate(entries):      # each leaves P * 2^ep, sp, pnan, pinf
-        em.place(lab)
-        emit(B, r, P, ep, sp, pnan, pinf)
-        if k < len(entries) - 1:
-            em.emit(f"bra {common}")
-    em.place(common)
-    _emit_sum(B, r, P, ep, sp, pnan, pinf)
-    for k, (_, _, back) in enumerate(r.sites):                  # return to the calling site
-        if k < len(r.sites) - 1:
-            p = B.setp("eq", "u32", r.ret, k)
-            r.returns.append(len(em.code))
-            em.emit(f"@{p} bra {back}")
-        else:
-            r.returns.append(len(em.code))
-            em.emit(f"bra {back}")
+    v, anyn = F.nan, False
+    for x in reversed(ops):
+        n = _is_nan(B, B.and_(64, x, F.mag), F)
+        v = B.sel(64, B.or_(64, x, F.quiet), v, n)
+        anyn = B.por(anyn, n)
+    B.emit(f"or.pred {f.pnan}, {f.pnan}, {anyn}")
+    B.emit(f"mov.b64 {f.pv}, {v}")
 
 
-def _emit_addend(B, r, P, ep, sp, pnan, pinf):
+def emit_routines(em) -> None:
+    """The float subroutines after the kernel's code, one per format some instruction called."""
+    for r in _routines(em).values():
+        B = _B(em)
+        Wd = _words(B, r.F)
+        f = _Frame(em, Wd, r.F)
+        used = {target for _, target, _ in r.sites}         # only the entries some site calls
+        common = em.label()
+        entries = [(lab, emit) for lab, emit in ((r.add, _emit_addend), (r.div, _emit_quotient),
+                                                 (r.sqrt, _emit_root), (r.fma, _emit_product))
+                   if lab in used]
+        for k, (lab, emit) in enumerate(entries):      # each leaves P * 2^ep, sp, pnan, pinf
+            em.place(lab)
+            emit(B, Wd, r, f)
+            if k < len(entries) - 1:
+                em.emit(f"bra {common}")
+        em.place(common)
+        _emit_sum(B, Wd, r, f)
+        for k, (_, _, back) in enumerate(r.sites):                  # return to the calling site
+            if k < len(r.sites) - 1:
+                p = B.setp("eq", "u32", r.ret, k)
+                r.returns.append(len(em.code))
+                em.emit(f"@{p} bra {back}")
+            else:
+                r.returns.append(len(em.code))
+                em.emit(f"bra {back}")
+
+
+def _emit_addend(B, Wd, r, f):
     """The ADD entry: the "product" is a itself (a * 1.0)."""
-    em = B.em
-    s, sig, e, mag = _fields(B, r.a)
-    em.emit(f"cvt.u64.u32 {P}, {sig}")
-    em.emit(f"sub.s32 {ep}, {e}, 150")
-    em.emit(f"mov.b32 {sp}, {s}")
-    em.emit(f"setp.gt.u32 {pnan}, {mag}, {INF}")
-    em.emit(f"setp.eq.u32 {pinf}, {mag}, {INF}")
+    em, F = B.em, r.F
+    s, sig, e, mag = _fields(B, r.a, F)
+    Wd.set_from(f.P, sig, F.w)
+    em.emit(f"sub.s32 {f.ep}, {e}, {F.low}")
+    em.emit(f"mov.b{F.w} {f.sp}, {s}")
+    em.emit(f"setp.gt.u{F.w} {f.pnan}, {mag}, {F.inf}")
+    em.emit(f"setp.eq.u{F.w} {f.pinf}, {mag}, {F.inf}")
+    _nan_value(B, f, F, [r.c, r.a])             # DADD: b's NaN, then a's
 
 
-def _normalized(B, sig, e):
-    """(sig shifted to a leading one at bit 23, the biased exponent lowered to match): a
-    subnormal's significand too, so that a quotient or root has its full 26 bits. 0 stays 0."""
-    n = B.sub(32, B.clz(32, sig), 8)
-    return B.shl(32, sig, n), B.sub(32, e, n)
+def _normalized(B, sig, e, F):
+    """(sig shifted to a leading one at bit mbits, the biased exponent lowered to match): a
+    subnormal's significand too, so that a quotient or root has its full precision. 0 stays 0."""
+    n = B.sub(32, B.clz(F.w, sig), F.w - 1 - F.mbits)
+    return B.shl(F.w, sig, n), B.sub(32, e, n)
 
 
-def _emit_quotient(B, r, P, ep, sp, pnan, pinf):
-    """The DIV entry: a / b as a 27-bit quotient of the normalized significands (restoring
-    division, one bit per step) with the remainder's sticky bit below it, into P * 2^ep."""
-    em = B.em
-    sa, ma, ea, maga = _fields(B, r.a)
-    sb, mb, eb, magb = _fields(B, r.b)
-    em.emit(f"xor.b32 {sp}, {sa}, {sb}")
-    ainf, binf = B.setp("eq", "u32", maga, INF), B.setp("eq", "u32", magb, INF)
-    azero, bzero = B.setp("eq", "u32", maga, 0), B.setp("eq", "u32", magb, 0)
+def _emit_quotient(B, Wd, r, f):
+    """The DIV entry: a / b as a quotient of the normalized significands with mbits + 4 bits
+    (restoring division, one bit per step: 27 for binary32, 56 for binary64) and the remainder's
+    sticky bit below it, into P * 2^ep."""
+    em, F = B.em, r.F
+    w, u = F.w, f"u{F.w}"
+    sa, ma, ea, maga = _fields(B, r.a, F)
+    sb, mb, eb, magb = _fields(B, r.b, F)
+    em.emit(f"xor.b{w} {f.sp}, {sa}, {sb}")
+    ainf, binf = B.setp("eq", u, maga, F.inf), B.setp("eq", u, magb, F.inf)
+    azero, bzero = B.setp("eq", u, maga, 0), B.setp("eq", u, magb, 0)
     inv = B.por(B.pand(ainf, binf), B.pand(azero, bzero))             # inf / inf, 0 / 0
-    em.emit(f"or.pred {pnan}, {B.por(_is_nan(B, maga), _is_nan(B, magb))}, {inv}")
-    em.emit(f"or.pred {pinf}, {ainf}, {bzero}")                       # x / 0 is infinite
-    x, ex = _normalized(B, ma, ea)
-    y, ey = _normalized(B, mb, eb)
-    # a / b = (x / y) * 2^(ex - ey), and x * 2^26 / y has 26 or 27 bits
-    em.emit(f"sub.s32 {ep}, {B.sub(32, ex, ey)}, 27")
-    rem, q, cnt = em.tmp(32), em.tmp(32), em.tmp(32)
-    em.emit(f"selp.b32 {rem}, 0, {x}, {binf}")                        # x / inf is 0
-    em.emit(f"mov.b32 {q}, 0")
-    em.emit(f"mov.b32 {cnt}, 27")
+    em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
+    em.emit(f"or.pred {f.pinf}, {ainf}, {bzero}")                       # x / 0 is infinite
+    _nan_value(B, f, F, [r.b, r.a])
+    x, ex = _normalized(B, ma, ea, F)
+    y, ey = _normalized(B, mb, eb, F)
+    steps = F.mbits + 4
+    # a / b = (x / y) * 2^(ex - ey), and x * 2^(steps - 1) / y has steps - 1 or steps bits
+    em.emit(f"sub.s32 {f.ep}, {B.sub(32, ex, ey)}, {steps}")
+    rem, q, cnt = em.tmp(w), em.tmp(w), em.tmp(32)
+    em.emit(f"selp.b{w} {rem}, 0, {x}, {binf}")                        # x / inf is 0
+    em.emit(f"mov.b{w} {q}, 0")
+    em.emit(f"mov.b32 {cnt}, {steps}")
     top = em.label()
-    em.place(top)                       # rem < 2y throughout (x < 2^24 <= 2y)
-    take = B.setp("ge", "u32", rem, y)
-    em.emit(f"selp.b32 {rem}, {B.sub(32, rem, y)}, {rem}, {take}")
-    q2 = B.shl(32, q, 1)
-    em.emit(f"selp.b32 {q}, {B.or_(32, q2, 1)}, {q2}, {take}")
-    em.emit(f"shl.b32 {rem}, {rem}, 1")
+    em.place(top)                       # rem < 2y throughout (x < 2^(mbits + 1) <= 2y)
+    take = B.setp("ge", u, rem, y)
+    em.emit(f"selp.b{w} {rem}, {B.sub(w, rem, y)}, {rem}, {take}")
+    q2 = B.shl(w, q, 1)
+    em.emit(f"selp.b{w} {q}, {B.or_(w, q2, 1)}, {q2}, {take}")
+    em.emit(f"shl.b{w} {rem}, {rem}, 1")
     em.emit(f"sub.u32 {cnt}, {cnt}, 1")
     more = B.setp("ne", "u32", cnt, 0)
     em.emit(f"@{more} bra {top}")
-    sticky = B.sel(32, 1, 0, B.setp("ne", "b32", rem, 0))
-    em.emit(f"cvt.u64.u32 {P}, {B.or_(32, B.shl(32, q, 1), sticky)}")
+    sticky = B.sel(w, 1, 0, B.setp("ne", f"b{w}", rem, 0))
+    Wd.set_from(f.P, B.or_(w, B.shl(w, q, 1), sticky), w)
 
 
-def _emit_root(B, r, P, ep, sp, pnan, pinf):
+def _emit_root(B, Wd, r, f):
     """The SQRT entry: the integer square root of the normalized significand (an even exponent,
-    scaled by 2^28: a 26- or 27-bit root, one bit per step) with the remainder's sticky bit below
-    it, into P * 2^ep. sqrt(-0) = -0 (the sign is a's), a negative number gives NaN."""
-    em = B.em
-    s, sig, e, mag = _fields(B, r.a)
-    em.emit(f"mov.b32 {sp}, {s}")
-    neg = B.pand(B.setp("ne", "b32", s, 0), B.setp("ne", "u32", mag, 0))
-    em.emit(f"or.pred {pnan}, {_is_nan(B, mag)}, {neg}")
-    em.emit(f"setp.eq.u32 {pinf}, {mag}, {INF}")
-    m, be = _normalized(B, sig, e)
-    E = B.sub(32, be, 150)                  # a = m * 2^E; make E even
+    scaled so that the root has mbits + 3 or mbits + 4 bits, one bit per step) with the
+    remainder's sticky bit below it, into P * 2^ep. sqrt(-0) = -0 (the sign is a's), a negative
+    number gives NaN."""
+    em, F = B.em, r.F
+    w = F.w
+    s, sig, e, mag = _fields(B, r.a, F)
+    em.emit(f"mov.b{F.w} {f.sp}, {s}")
+    neg = B.pand(B.setp("ne", f"b{w}", s, 0), B.setp("ne", f"u{w}", mag, 0))
+    em.emit(f"or.pred {f.pnan}, {_is_nan(B, mag, F)}, {neg}")
+    em.emit(f"setp.eq.u{w} {f.pinf}, {mag}, {F.inf}")
+    _nan_value(B, f, F, [r.a])
+    m, be = _normalized(B, sig, e, F)
+    E = B.sub(32, be, F.low)                # a = m * 2^E; make E even
     odd = B.and_(32, E, 1)
-    m = B.shl(32, m, odd)
+    m = B.shl(w, m, odd)
     E = B.sub(32, E, odd)
-    # sqrt(a) = sqrt(m * 2^28) * 2^(E/2 - 14)
-    em.emit(f"shr.s32 {ep}, {E}, 1")
-    em.emit(f"sub.s32 {ep}, {ep}, 15")
-    num, res, bit = em.tmp(64), em.tmp(64), em.tmp(64)
-    em.emit(f"shl.b64 {num}, {B.cvt(64, 32, m)}, 28")        # < 2^53
-    em.emit(f"mov.b64 {res}, 0")
-    em.emit(f"mov.b64 {bit}, {1 << 52}")
+    steps = F.mbits + 4
+    shift = (2 * steps - (F.mbits + 2)) & ~1      # m * 2^shift < 4^steps, an even shift
+    # sqrt(a) = sqrt(m * 2^shift) * 2^(E/2 - shift/2)
+    em.emit(f"shr.s32 {f.ep}, {E}, 1")
+    em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
+    num, res, bit = Wd.reg(), Wd.reg(), Wd.reg()
+    Wd.set(num, Wd.shl(Wd.from_(m, w), shift))
+    Wd.set(res, 0)
+    Wd.set(bit, 1 << (2 * steps - 2))
     top = em.label()
-    em.place(top)                           # 27 steps: bit = 4^26 .. 4^0
-    t = B.add(64, res, bit)
-    take = B.setp("ge", "u64", num, t)
-    em.emit(f"selp.b64 {num}, {B.sub(64, num, t)}, {num}, {take}")
-    em.emit(f"shr.u64 {res}, {res}, 1")
-    em.emit(f"selp.b64 {res}, {B.add(64, res, bit)}, {res}, {take}")
-    em.emit(f"shr.u64 {bit}, {bit}, 2")
-    more = B.setp("ne", "b64", bit, 0)
+    em.place(top)                           # steps steps: bit = 4^(steps - 1) .. 4^0
+    t = Wd.add(res, bit)
+    take = Wd.setp("ge", num, t)
+    Wd.set_sel(num, Wd.sub(num, t), num, take)
+    Wd.step(res, "shr", 1)
+    Wd.set_sel(res, Wd.add(res, bit), res, take)
+    Wd.step(bit, "shr", 2)
+    more = Wd.setp("ne", bit, 0)
     em.emit(f"@{more} bra {top}")
-    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", num, 0))
-    em.emit(f"or.b64 {P}, {B.shl(64, res, 1)}, {sticky}")
+    sticky = B.sel(64, 1, 0, Wd.setp("ne", num, 0))
+    Wd.set(f.P, Wd.or_low(Wd.shl(res, 1), sticky))
 
 
-def _emit_product(B, r, P, ep, sp, pnan, pinf):
+def _emit_product(B, Wd, r, f):
     """The FMA entry: the exact product of a and b into P * 2^ep (sign sp), its NaN / inf cases
     (signs, exponent and special cases first, so only the significands and the product stay live
     through the loop)."""
-    em = B.em
-    sa, ma, ea, maga = _fields(B, r.a)
-    sb, mb, eb, magb = _fields(B, r.b)
-    em.emit(f"add.u32 {ep}, {B.add(32, ea, eb)}, -300")
-    em.emit(f"xor.b32 {sp}, {sa}, {sb}")
-    ainf, binf = B.setp("eq", "u32", maga, INF), B.setp("eq", "u32", magb, INF)
-    inv = B.por(B.pand(ainf, B.setp("eq", "u32", magb, 0)),
-                B.pand(binf, B.setp("eq", "u32", maga, 0)))            # inf * 0
-    em.emit(f"or.pred {pinf}, {ainf}, {binf}")
-    em.emit(f"or.pred {pnan}, {B.por(_is_nan(B, maga), _is_nan(B, magb))}, {inv}")
-    x, y, cnt = em.tmp(64), em.tmp(64), em.tmp(32)
-    em.emit(f"cvt.u64.u32 {x}, {ma}")
-    em.emit(f"cvt.u64.u32 {y}, {mb}")
-    em.emit(f"mov.b64 {P}, 0")
-    em.emit(f"mov.b32 {cnt}, 24")
+    em, F = B.em, r.F
+    w, u = F.w, f"u{F.w}"
+    sa, ma, ea, maga = _fields(B, r.a, F)
+    sb, mb, eb, magb = _fields(B, r.b, F)
+    em.emit(f"add.u32 {f.ep}, {B.add(32, ea, eb)}, {-2 * F.low}")
+    em.emit(f"xor.b{w} {f.sp}, {sa}, {sb}")
+    ainf, binf = B.setp("eq", u, maga, F.inf), B.setp("eq", u, magb, F.inf)
+    inv = B.por(B.pand(ainf, B.setp("eq", u, magb, 0)),
+                B.pand(binf, B.setp("eq", u, maga, 0)))            # inf * 0
+    em.emit(f"or.pred {f.pinf}, {ainf}, {binf}")
+    em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
+    _nan_value(B, f, F, [r.b, r.c, r.a])        # DFMA: b's NaN, then c's, then a's
+    x, y, cnt = Wd.reg(), em.tmp(64), em.tmp(32)
+    Wd.set_from(x, ma, w)
+    em.emit(f"cvt.u64.u32 {y}, {mb}" if w == 32 else f"mov.b64 {y}, {mb}")
+    Wd.set(f.P, 0)
+    em.emit(f"mov.b32 {cnt}, {F.mbits + 1}")
     top = em.label()
-    em.place(top)                       # 24 steps: b's significand has 24 bits
+    em.place(top)                       # one step per bit of b's significand
     bit = B.and_(64, y, 1)
     take = B.setp("ne", "b64", bit, 0)
-    em.emit(f"selp.b64 {P}, {B.add(64, P, x)}, {P}, {take}")
-    em.emit(f"shl.b64 {x}, {x}, 1")
+    Wd.set_sel(f.P, Wd.add(f.P, x), f.P, take)
+    Wd.step(x, "shl", 1)
     em.emit(f"shr.u64 {y}, {y}, 1")
     em.emit(f"sub.u32 {cnt}, {cnt}, 1")
     more = B.setp("ne", "u32", cnt, 0)
@@ -428,66 +675,75 @@ def _emit_product(B, r, P, ep, sp, pnan, pinf):
 
 def call_table(em) -> tuple[list, frozenset]:
     """(Kernel.calls, Kernel.returns) of the lowered kernel."""
-    r = getattr(em, "fma_routine", None)
-    if r is None:
-        return [], frozenset()
-    return [(i, em.labels[e], em.labels[b]) for i, e, b in r.sites], frozenset(r.returns)
+    calls, returns = [], set()
+    for r in _routines(em).values():
+        calls += [(i, em.labels[e], em.labels[b]) for i, e, b in r.sites]
+        returns |= set(r.returns)
+    return calls, frozenset(returns)
 
 
-def _emit_sum(B, r, P, ep, sp, pnan, pinf):
+def _emit_sum(B, Wd, r, f):
     """out = round(P * 2^ep * (-1)^sp + c) by the mode, with the special cases. Ordered so that
     few predicates are live at once (each pool of the register file counts apart)."""
-    em = B.em
-    mode = r.mode
-    sc, mc, ec, magc = _fields(B, r.c)
+    em, F = B.em, r.F
+    w, u, WW = F.w, f"u{F.w}", Wd.w
+    mode, P, ep, sp = r.mode, f.P, f.ep, f.sp
+    sc, mc, ec, magc = _fields(B, r.c, F)
     # the special results, kept as one value and one predicate
-    cinf = B.setp("eq", "u32", magc, INF)
-    clash = B.pand(B.pand(pinf, cinf), B.setp("ne", "b32", sp, sc))      # inf - inf
-    nan = B.por(B.por(pnan, _is_nan(B, magc)), clash)
-    spec = B.sel(32, CANON_NAN, B.sel(32, B.or_(32, B.shl(32, sp, 31), INF), r.c, pinf), nan)
-    special = B.por(B.por(nan, pinf), cinf)
+    cinf = B.setp("eq", u, magc, F.inf)
+    clash = B.pand(B.pand(f.pinf, cinf), B.setp("ne", f"b{w}", sp, sc))      # inf - inf
+    if F is F64:        # the entries saw c's NaN (DIV and SQRT have none)
+        nan = B.por(f.pnan, clash)
+        nanv = B.sel(64, f.pv, F.nan, f.pnan)
+    else:
+        nan = B.por(B.por(f.pnan, _is_nan(B, magc, F)), clash)
+        nanv = F.nan
+    spec = B.sel(w, nanv, B.sel(w, B.or_(w, B.shl(w, sp, w - 1), F.inf), r.c, f.pinf), nan)
+    special = B.por(B.por(nan, f.pinf), cinf)
     # the sign of an exact zero: the operands' when they agree, else - only when rounding down
-    zsign = B.sel(32, sp, B.sel(32, 1, 0, B.setp("eq", "u32", mode, MODES["rm"])),
-                  B.setp("eq", "b32", sp, sc))
-    # normalize both to a leading one at bit 57 (bits 0..9 of X and 0..33 of Y are zero)
-    kx = B.sub(32, B.clz(64, P), 6)
-    X = B.shl(64, P, kx)
+    zsign = B.sel(w, sp, B.sel(w, 1, 0, B.setp("eq", "u32", mode, MODES["rm"])),
+                  B.setp("eq", f"b{w}", sp, sc))
+    # normalize both to a leading one at bit WW - 7 (the low bits of both are zero)
+    kx = B.sub(32, Wd.clz(P), 6)
+    X = Wd.shl(P, kx)
     eX = B.sub(32, ep, kx)
-    ky = B.add(32, B.clz(32, mc), 26)
-    Y = B.shl(64, B.cvt(64, 32, mc), ky)
-    eY = B.sub(32, B.sub(32, ec, 150), ky)
-    tie = B.pand(B.setp("eq", "s32", eX, eY), B.setp("ge", "u64", X, Y))
-    bigger = B.pand(B.setp("ne", "b64", P, 0), B.por(B.setp("gt", "s32", eX, eY), tie))
-    big = B.por(B.setp("eq", "b32", mc, 0), bigger)
-    L, S = B.sel(64, X, Y, big), B.sel(64, Y, X, big)
+    ky = B.add(32, B.clz(w, mc), WW - 7 - (w - 1))
+    Y = Wd.shl(Wd.from_(mc, w), ky)
+    eY = B.sub(32, B.sub(32, ec, F.low), ky)
+    tie = B.pand(B.setp("eq", "s32", eX, eY), Wd.setp("ge", X, Y))
+    bigger = B.pand(Wd.setp("ne", P, 0), B.por(B.setp("gt", "s32", eX, eY), tie))
+    big = B.por(B.setp("eq", f"b{w}", mc, 0), bigger)
+    L, S = Wd.sel(X, Y, big), Wd.sel(Y, X, big)
     E = B.sel(32, eX, eY, big)
     d = B.sel(32, B.sub(32, eX, eY), B.sub(32, eY, eX), big)
-    rsign = B.sel(32, sp, sc, big)
-    lost = B.and_(64, S, B.sub(64, B.shl(64, 1, d), 1))
-    Sj = B.or_(64, B.shr(64, S, d), B.sel(64, 1, 0, B.setp("ne", "b64", lost, 0)))
-    R = B.sel(64, B.sub(64, L, Sj), B.add(64, L, Sj), B.setp("ne", "b32", sp, sc))
-    # normalize to bit 63; biased exponent of the leading bit; round at bit 40 (subnormal: lower)
-    n = B.clz(64, R)
-    R2 = B.shl(64, R, n)
-    be = B.add(32, B.sub(32, E, n), 190)
+    rsign = B.sel(w, sp, sc, big)
+    lost = Wd.and_(S, Wd.sub(Wd.shl(1, d), 1))
+    Sj = Wd.or_low(Wd.shr(S, d), B.sel(64, 1, 0, Wd.setp("ne", lost, 0)))
+    R = Wd.sel(Wd.sub(L, Sj), Wd.add(L, Sj), B.setp("ne", f"b{w}", sp, sc))
+    # normalize to bit WW - 1; biased exponent of the leading bit; round below the significand
+    n = Wd.clz(R)
+    R2 = Wd.shl(R, n)
+    be = B.add(32, B.sub(32, E, n), WW - 1 + F.bias)
     bc = B.smax(32, be, 1)
-    s = B.umin(32, B.add(32, B.sub(32, bc, be), 40), 65)
-    q = B.cvt(32, 64, B.shr(64, R2, s))
-    rem = B.and_(64, R2, B.sub(64, B.shl(64, 1, s), 1))
-    half = B.shl(64, 1, B.sub(32, s, 1))
-    at = B.pand(B.setp("eq", "b64", rem, half), B.setp("ne", "b32", B.and_(32, q, 1), 0))
-    above = B.pand(B.setp("gt", "u64", rem, half), B.setp("ne", "u32", s, 65))  # s = 65: far below
+    far = WW + 1                                    # a shift this far: the value is far below
+    s = B.umin(32, B.add(32, B.sub(32, bc, be), WW - 1 - F.mbits), far)
+    q = Wd.low(Wd.shr(R2, s), w)
+    rem = Wd.and_(R2, Wd.sub(Wd.shl(1, s), 1))
+    half = Wd.shl(1, B.sub(32, s, 1))
+    at = B.pand(Wd.setp("eq", rem, half), B.setp("ne", f"b{w}", B.and_(w, q, 1), 0))
+    above = B.pand(Wd.setp("gt", rem, half), B.setp("ne", "u32", s, far))
     rn = B.setp("eq", "u32", mode, MODES["rn"])
     up_rn = B.pand(rn, B.por(above, at))
     # the directed mode that rounds away from zero for this sign (rp for +, rm for -)
-    away = B.setp("eq", "u32", mode, B.sel(32, MODES["rm"], MODES["rp"], B.setp("ne", "b32", rsign, 0)))
-    up = B.sel(32, 1, 0, B.por(up_rn, B.pand(away, B.setp("ne", "b64", rem, 0))))
-    bits = B.add(32, B.add(32, B.shl(32, B.sub(32, bc, 1), 23), q), up)
-    sgn = B.shl(32, rsign, 31)
-    ovf = B.or_(32, sgn, B.sel(32, INF, FLT_MAX, B.por(rn, away)))
-    fin = B.sel(32, ovf, B.or_(32, sgn, bits), B.setp("ge", "u32", bits, INF))
-    fin = B.sel(32, B.shl(32, zsign, 31), fin, B.setp("eq", "b64", R, 0))
-    em.emit(f"selp.b32 {r.out}, {spec}, {fin}, {special}")
+    away = B.setp("eq", "u32", mode, B.sel(32, MODES["rm"], MODES["rp"], B.setp("ne", f"b{w}", rsign, 0)))
+    up = B.sel(w, 1, 0, B.por(up_rn, B.pand(away, Wd.setp("ne", rem, 0))))
+    bexp = B.sub(32, bc, 1)
+    bits = B.add(w, B.add(w, B.shl(w, bexp if w == 32 else B.cvt(64, 32, bexp), F.mbits), q), up)
+    sgn = B.shl(w, rsign, w - 1)
+    ovf = B.or_(w, sgn, B.sel(w, F.inf, F.max, B.por(rn, away)))
+    fin = B.sel(w, ovf, B.or_(w, sgn, bits), B.setp("ge", u, bits, F.inf))
+    fin = B.sel(w, B.shl(w, zsign, w - 1), fin, Wd.setp("eq", R, 0))
+    em.emit(f"selp.b{w} {r.out}, {spec}, {fin}, {special}")
 
 
 # --------------------------------------------------------------------------- the expansions
@@ -508,39 +764,95 @@ def _rmode(ins) -> str:
     return next((m for m in ins.modifiers if m in MODES), "rn")
 
 
-def _zero(mode):
+def _zero(mode, F=F32):
     """The addend that leaves a product, quotient or root unchanged in `mode`, zeros' signs
     included: -0, or +0 when rounding down (x + (+-0) rounds like x; an exact zero keeps x's sign)."""
-    return 0 if mode == "rm" else SIGN
+    return 0 if mode == "rm" else F.sign
+
+
+def _fmt(ins):
+    return FORMATS[ins.types[-1]]
 
 
 def x_fbin(em, ins):
-    """add/sub/mul/div.f32."""
+    """add/sub/mul/div.f32 and .f64."""
+    F = _fmt(ins)
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
     mode = _rmode(ins)
     B = _B(em)
     if ins.opcode in ("mul", "div"):
-        out = _call(em, "fma" if ins.opcode == "mul" else "div", a, b, _zero(mode), mode)
+        out = _call(em, "fma" if ins.opcode == "mul" else "div", a, b, _zero(mode, F), mode, F)
     else:
-        c = b if ins.opcode == "add" else B.xor(32, b, SIGN)
-        out = _call(em, "add", a, None, c, mode)
-    _write(em, ins, out, B.taint([a, b]))
+        c = b
+        if ins.opcode == "sub":       # f64: a NaN b passes through unnegated (DADD's rule)
+            c = B.xor(F.w, b, F.sign)
+            if F is F64:
+                c = B.sel(64, b, c, _is_nan(B, B.and_(64, b, F.mag), F))
+        out = _call(em, "add", a, None, c, mode, F)
+    _write(em, ins, out, B.taint([a, b], F.w), F.w, F.w)
 
 
 def x_funary(em, ins):
-    """sqrt.rn.f32 and rcp.rn.f32 (= 1.0 / a, as the interpreter defines it)."""
+    """sqrt and rcp (= 1.0 / a, as the interpreter defines it), .f32 (rn) and .f64."""
+    F = _fmt(ins)
     a = _val(ins.operands[1])
+    mode = _rmode(ins)
     if ins.opcode == "sqrt":
-        out = _call(em, "sqrt", a, None, _zero("rn"), "rn")
+        out = _call(em, "sqrt", a, None, _zero(mode, F), mode, F)
     else:
-        out = _call(em, "div", 0x3F800000, a, _zero("rn"), "rn")
-    _write(em, ins, out, _B(em).taint([a]))
+        out = _call(em, "div", F.one, a, _zero(mode, F), mode, F)
+    _write(em, ins, out, _B(em).taint([a], F.w), F.w, F.w)
 
 
 def x_ffma(em, ins):
+    """fma and mad (.rn: a fused multiply-add), .f32 and .f64."""
+    F = _fmt(ins)
     a, b, c = (_val(o) for o in ins.operands[1:4])
-    out = _call(em, "fma", a, b, c, _rmode(ins))
-    _write(em, ins, out, _B(em).taint([a, b, c]))
+    out = _call(em, "fma", a, b, c, _rmode(ins), F)
+    _write(em, ins, out, _B(em).taint([a, b, c], F.w), F.w, F.w)
+
+
+def _ftz(B, x):
+    """binary32 subnormals flushed to a zero of their sign (atom.add.f32 flushes, PTX ISA)."""
+    return B.sel(32, B.and_(32, x, SIGN), x, B.setp("eq", "b32", B.and_(32, x, INF), 0))
+
+
+def x_fatom(em, ins):
+    """atom/red .add.f32/.f64 as a compare-and-swap loop around the routine's ADD entry: load a
+    guess, add, `atom.cas` it in; a thread whose word changed meanwhile retries with the value
+    the cas returned. Each addition is the instruction's own (f32: rn with inputs and result
+    flushed, f64: rn), and the additions to one word happen one at a time, so the result is that
+    of one order of the atomics; which order is the machine's (lanes in ascending order, as the
+    interpreter; threads of other warps may interleave), as on a GPU, where it is unspecified."""
+    F = _fmt(ins)
+    w = F.w
+    B = _B(em)
+    atom = ins.opcode == "atom"
+    addr, b = (ins.operands[1], ins.operands[2]) if atom else (ins.operands[0], ins.operands[1])
+    b = _val(b)
+    space = next((f".{m}" for m in ins.modifiers if m in ("global", "shared")), "")
+    cas = ".".join(["atom"] + [m for m in ins.modifiers if m != "add"] + ["cas", f"b{w}"])
+    done = em.label() if ins.guard else None
+    if done:
+        em.emit(f"@{'' if ins.guard.negated else '!'}{ins.guard.reg} bra {done}")
+    old, got = em.tmp(w), em.tmp(w)
+    em.emit(f"ld{space}.u{w} {old}, {addr}")
+    if F is F32:
+        b = _ftz(B, b)
+    top = em.label()
+    em.place(top)
+    a = _ftz(B, old) if F is F32 else old
+    new = _call(em, "add", a, None, b, "rn", F)
+    if F is F32:
+        new = _ftz(B, new)
+    em.emit(f"{cas} {got}, {addr}, {old}, {new}")
+    retry = B.setp("ne", f"b{w}", got, old)
+    em.emit(f"mov.b{w} {old}, {got}")
+    em.emit(f"@{retry} bra {top}")
+    if atom:
+        em.emit(f"mov.b{w} {ins.operands[0]}, {got}")
+    if done:
+        em.place(done)
 
 
 def _key(B, x):
@@ -747,4 +1059,4 @@ def cvt_expansion(ins):
 
 
 FLOAT_EXPANSIONS = {"fbin": x_fbin, "ffma": x_ffma, "funary": x_funary, "fminmax": x_fminmax,
-                    "fsetp": x_fsetp}
+                    "fsetp": x_fsetp, "dbin": x_fbin, "dfma": x_ffma, "dunary": x_funary}
