@@ -35,6 +35,7 @@ SETP = [f"setp.{c}.f32" for c in ("eq", "ne", "lt", "le", "gt", "ge", "equ", "ne
                                     "gtu", "geu", "num", "nan")] + ["setp.lt.and.f32", "setp.ge.or.f32"]
 CVT_IN = [f"cvt.{m}.f32.{t}" for t in ("s32", "u32", "s64", "u64", "s16", "u8") for m in ("rn", "rz", "rm", "rp")]
 CVT_OUT = [f"cvt.{m}.{t}.f32" for t in ("s32", "u32", "s64", "u64") for m in ("rni", "rzi", "rmi", "rpi")]
+CVT_OUT += ["cvt.rni.s8.f32", "cvt.rzi.u8.f32", "cvt.rmi.s16.f32", "cvt.rpi.u16.f32"]  # in 32-bit registers
 CVT_FF = [f"cvt.{m}.f32.f32" for m in ("rni", "rzi", "rmi", "rpi")] + ["cvt.sat.f32.f32"]
 FORMS = BINARY + DIV + UNARY + FMA + MINMAX + SETP + CVT_IN + CVT_OUT + CVT_FF
 

@@ -22,8 +22,10 @@ Expansions keep the interpreter's semantics exactly, poison included:
 Binary32 arithmetic (add/sub/mul/fma/div in every rounding mode, sqrt, rcp, min/max, setp,
 conversions to and from integers, rounding to integral values, .sat) becomes integer sequences in
 `softfloat.py`; add, sub, mul, fma, div, rcp and sqrt share one subroutine emitted after the
-kernel (Kernel.calls records its call sites for liveness). f64 arithmetic and float atomics are
-refused by name.
+kernel (Kernel.calls records its call sites for liveness). The inline expansions are written for
+both formats: f64 min/max, setp, the conversions between f64 and integers or f32, rounding to
+integral values and .sat lower too, with f64's NaN rules (interp/fp64.py). f64 arithmetic (add,
+sub, mul, fma, div, rcp, sqrt) and float atomics are refused by name.
 
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
@@ -62,10 +64,13 @@ def _is_machine_form(ins) -> bool:
 def _expansion(ins):
     """The expansion that lowers `ins`, or None (a machine form, or not supported)."""
     kind = SUPPORTED[ins.name].kind
-    if kind == "setp" and "f32" in ins.types:
+    floats = any(t in softfloat.FORMATS for t in ins.types)          # f32 or f64
+    if kind == "setp" and floats:
         return softfloat.x_fsetp
-    if kind == "cvt" and "f32" in ins.types:
+    if kind in ("cvt", "dcvt") and floats:
         return softfloat.cvt_expansion(ins)
+    if kind == "dminmax":
+        return softfloat.x_fminmax
     return _EXPANSIONS.get(kind)
 
 
