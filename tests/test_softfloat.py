@@ -1,4 +1,5 @@
-"""Soft-float lowering (gpu_layers/machine/softfloat.py): every f32 form it lowers computes the
+"""Soft-float lowering (gpu_layers/machine/softfloat.py): every f32 form it lowers, and every f64
+form it expands inline (min/max, setp, conversions, rounding to integral values), computes the
 reference interpreter's bits (special values x special values, then random, cancelling and
 near-subnormal operands; scripts/check_softfloat.py runs many more), poison stays poison, and the
 shared subroutine is emitted once however many sites call it."""
@@ -9,7 +10,7 @@ from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
-from gpu_layers.machine.float_forms import FORMS, compare, operands
+from gpu_layers.machine.float_forms import FORMS, INLINE64, compare, operands, operands64
 from gpu_layers.machine.liveness import liveness
 from gpu_layers.ptx.parser import parse_ptx
 
@@ -19,14 +20,28 @@ def ops():
     return operands(800, np.random.default_rng(7))
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_form_matches_the_interpreter_bit_for_bit(form, ops):
+@pytest.fixture(scope="module")
+def ops64():
+    return operands64(1200, np.random.default_rng(7))      # 1024 pairs of special values first
+
+
+def _matches(form, ops):
     want, got, steps = compare(form, *ops)
     wrong = np.nonzero(want != got)[0]
     n = ops[0].size
     assert wrong.size == 0, [(hex(ops[0][i % n]), hex(ops[1][i % n]), hex(ops[2][i % n]), hex(want[i]),
                               hex(got[i])) for i in wrong[:5]]
     assert steps > 1            # it really ran machine code of its own
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_form_matches_the_interpreter_bit_for_bit(form, ops):
+    _matches(form, ops)
+
+
+@pytest.mark.parametrize("form", INLINE64)
+def test_inline_f64_form_matches_the_interpreter_bit_for_bit(form, ops64):
+    _matches(form, ops64)
 
 
 OUT = """\tld.param.u64 \t%rd1, [out];
@@ -53,6 +68,21 @@ def test_an_undefined_operand_gives_an_undefined_result_even_beside_a_nan():
         launch(k, 1, 8, [out])
     with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
         launch(lower(k), 1, 8, [out])
+
+
+def test_an_undefined_f64_operand_gives_an_undefined_result_even_beside_a_nan():
+    # setp.nan with a NaN a is true whatever b is (or.pred with a true operand is defined): the
+    # taint keeps the result undefined where b is, as the original's is
+    body = ("\tmov.f64 \t%fd1, 0dFFF4000000000001;\n\tsetp.lt.u32 \t%p1, %r100, 2;\n"
+            "\t@%p1 mov.f64 \t%fd2, 0d3FF0000000000000;\n\tsetp.nan.f64 \t%p2, %fd1, %fd2;\n"
+            "\tselp.u32 \t%r1, 1, 0, %p2;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    k = parse_ptx(kernel_ptx(OUT + body + "\tret;\n", decls="\t.reg .f64 \t%fd<4>;\n")).kernel()
+    out = np.zeros(8, np.uint32)
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(k, 1, 8, [out])
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(lower(k), 1, 8, [out])
+    assert launch(lower(k), 1, 2, [out]).buffers[0][:2].tolist() == [1, 1]
 
 
 def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
