@@ -210,10 +210,7 @@ def operands64(n: int, rng) -> tuple:
     c = sp[rng.integers(0, len(sp), a.size)]
     k = max(0, n - a.size)
 
-    def bits(m):
-        return rng.integers(0, 1 << 63, m, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, m).astype(np.uint64)
-
-    ra, rb, rc = bits(k), bits(k), bits(k)
+    ra, rb, rc = (rng.integers(0, 1 << 64, k, dtype=np.uint64) for _ in range(3))
     S, FRAC = np.uint64(1 << 63), np.uint64((1 << 52) - 1)
     part = [k * i // 6 for i in range(7)]
     sl = [slice(part[i], part[i + 1]) for i in range(6)]

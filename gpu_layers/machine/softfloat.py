@@ -642,8 +642,9 @@ def _round_pack(B, F, neg, R, ex, mode, tiny=False, huge=False):
     if w == 32:
         q = B.cvt(32, 64, q)
     away = None                                 # the directed mode rounds away from zero
-    if mode == "rn":
+    if mode != "rz":
         rem = B.and_(64, R, B.sub(64, B.shl(64, 1, s), 1))
+    if mode == "rn":
         half = B.shl(64, 1, B.sub(32, s, 1))
         above = B.setp("gt", "u64", rem, half)
         if tiny:
@@ -653,7 +654,6 @@ def _round_pack(B, F, neg, R, ex, mode, tiny=False, huge=False):
     elif mode == "rz":
         up = False
     else:
-        rem = B.and_(64, R, B.sub(64, B.shl(64, 1, s), 1))
         away = neg if mode == "rm" else B.pnot(neg)
         up = B.pand(away, B.setp("ne", "b64", rem, 0))
     e = bc if w == 32 else B.cvt(64, 32, bc)
