@@ -1,6 +1,7 @@
 """The web app's pieces without a browser: the argument form, a kernel run and its verdicts, every
 error a user can cause (as a message, never a stack trace), the Inside view's snapshots and token
 alignment, the Results queries, and the limits of a public deployment."""
+import importlib
 import json
 import os
 
@@ -99,8 +100,17 @@ def test_edited_inputs_still_checked_and_edited_source_is_not():
     assert rep.correct is None
 
 
-def test_float_kernel_runs_on_the_reference_only():
-    rep = run(example_input("f64_reduce"))           # add/fma/min/max.f64: not lowered yet
+def test_an_f64_kernel_runs_on_the_machine_exactly():
+    rep = run(example_input("f64_reduce"))           # add/fma/min/max.f64: soft-float sequences
+    assert rep.verdict == "exact" and rep.lowered and not rep.lower_problems and rep.correct is True
+    for o in rep.outputs:
+        assert o.machine.tobytes() == o.reference.tobytes()
+
+
+def test_a_kernel_the_machine_cannot_run_runs_on_the_reference_only(monkeypatch):
+    lowering = importlib.import_module("gpu_layers.machine.lower")
+    monkeypatch.setitem(lowering._EXPANSIONS, "dbin", None)     # as if f64 add had no expansion
+    rep = run(example_input("f64_reduce"))
     assert rep.verdict == "reference-only" and not rep.lowered and rep.lower_problems
     assert rep.correct is True and all(o.machine is None for o in rep.outputs)
     assert "reference only" in render.run_html(rep, LOCAL)

@@ -1,4 +1,5 @@
-"""Soft-float lowering (gpu_layers/machine/softfloat.py): every f32 form it lowers computes the
+"""Soft-float lowering (gpu_layers/machine/softfloat.py): every f32 form it lowers, and every f64
+form it expands inline (min/max, setp, conversions, rounding to integral values), computes the
 reference interpreter's bits (special values x special values, then random, cancelling and
 near-subnormal operands; scripts/check_softfloat.py runs many more), poison stays poison, and the
 shared subroutine is emitted once however many sites call it."""
@@ -9,7 +10,7 @@ from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
-from gpu_layers.machine.float_forms import FORMS, compare, operands
+from gpu_layers.machine.float_forms import FORMS, INLINE64, ROUTINE64, compare, operands, operands64
 from gpu_layers.machine.liveness import liveness
 from gpu_layers.ptx.parser import parse_ptx
 
@@ -19,14 +20,33 @@ def ops():
     return operands(800, np.random.default_rng(7))
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_form_matches_the_interpreter_bit_for_bit(form, ops):
+@pytest.fixture(scope="module")
+def ops64():
+    return operands64(1200, np.random.default_rng(7))      # 1024 pairs of special values first
+
+
+def _matches(form, ops):
     want, got, steps = compare(form, *ops)
     wrong = np.nonzero(want != got)[0]
     n = ops[0].size
     assert wrong.size == 0, [(hex(ops[0][i % n]), hex(ops[1][i % n]), hex(ops[2][i % n]), hex(want[i]),
                               hex(got[i])) for i in wrong[:5]]
     assert steps > 1            # it really ran machine code of its own
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_form_matches_the_interpreter_bit_for_bit(form, ops):
+    _matches(form, ops)
+
+
+@pytest.mark.parametrize("form", INLINE64)
+def test_inline_f64_form_matches_the_interpreter_bit_for_bit(form, ops64):
+    _matches(form, ops64)
+
+
+@pytest.mark.parametrize("form", ROUTINE64)
+def test_f64_routine_form_matches_the_interpreter_bit_for_bit(form, ops64):
+    _matches(form, ops64)
 
 
 OUT = """\tld.param.u64 \t%rd1, [out];
@@ -53,6 +73,21 @@ def test_an_undefined_operand_gives_an_undefined_result_even_beside_a_nan():
         launch(k, 1, 8, [out])
     with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
         launch(lower(k), 1, 8, [out])
+
+
+def test_an_undefined_f64_operand_gives_an_undefined_result_even_beside_a_nan():
+    # setp.nan with a NaN a is true whatever b is (or.pred with a true operand is defined): the
+    # taint keeps the result undefined where b is, as the original's is
+    body = ("\tmov.f64 \t%fd1, 0dFFF4000000000001;\n\tsetp.lt.u32 \t%p1, %r100, 2;\n"
+            "\t@%p1 mov.f64 \t%fd2, 0d3FF0000000000000;\n\tsetp.nan.f64 \t%p2, %fd1, %fd2;\n"
+            "\tselp.u32 \t%r1, 1, 0, %p2;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    k = parse_ptx(kernel_ptx(OUT + body + "\tret;\n", decls="\t.reg .f64 \t%fd<4>;\n")).kernel()
+    out = np.zeros(8, np.uint32)
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(k, 1, 8, [out])
+    with pytest.raises(UninitializedRead, match=r"thread \(2,0,0\)"):
+        launch(lower(k), 1, 8, [out])
+    assert launch(lower(k), 1, 2, [out]).buffers[0][:2].tolist() == [1, 1]
 
 
 def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
@@ -95,3 +130,68 @@ def test_division_and_roots_are_entries_of_the_same_routine():
     ak, al = allocate(mk)
     assert sum(al.counts.values()) <= 32
     assert launch(ak, 1, 16, [np.zeros(16, np.uint32)]).buffers[0].tobytes() == a.buffers[0].tobytes()
+
+
+def test_a_kernel_with_f32_and_f64_arithmetic_has_one_routine_per_format():
+    body = ("\tcvt.f64.f32 \t%fd1, %f9;\n\tmul.rn.f64 \t%fd2, %fd1, 0d3FF8000000000000;\n"
+            "\tsqrt.rz.f64 \t%fd3, %fd2;\n\tcvt.rn.f32.f64 \t%f10, %fd3;\n\tdiv.rn.f32 \t%f11, %f10, %f9;\n"
+            "\tfma.rm.f64 \t%fd4, %fd3, %fd2, %fd1;\n\tcvt.rz.f32.f64 \t%f12, %fd4;\n"
+            "\tadd.f32 \t%f13, %f11, %f12;\n\tmov.b32 \t%r1, %f13;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    k = parse_ptx(kernel_ptx(OUT + body + "\tret;\n", decls="\t.reg .f64 \t%fd<8>;\n")).kernel()
+    mk = lower(k)
+    assert len(mk.calls) == 5 and len({e for _, e, _ in mk.calls}) == 4    # f64: fma (mul too), sqrt; f32: div, add
+    a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
+    b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+    assert len(set(a.buffers[0].tolist())) > 8
+    ak, _ = allocate(mk)
+    assert launch(ak, 1, 16, [np.zeros(16, np.uint32)]).buffers[0].tobytes() == a.buffers[0].tobytes()
+
+
+ATOMICS = """\tld.param.u64 \t%rd1, [out];
+\tld.param.u64 \t%rd3, [vals];
+\tmov.u32 \t%r100, %tid.x;
+\tsetp.eq.u32 \t%p2, %r100, 0;
+\t@%p2 st.shared.u32 \t[sh], 0;
+\tbar.sync \t0;
+\tmul.wide.u32 \t%rd2, %r100, 8;
+\tadd.s64 \t%rd4, %rd3, %rd2;
+\tld.global.f32 \t%f1, [%rd4];
+\tld.global.f64 \t%fd1, [%rd4];
+\tand.b32 \t%r1, %r100, 1;
+\tsetp.eq.u32 \t%p1, %r1, 0;
+\t@%p1 atom.global.add.f32 \t%f2, [%rd1], %f1;
+\t@!%p1 red.global.add.f32 \t[%rd1+4], %f1;
+\tatom.global.add.f64 \t%fd2, [%rd1+8], %fd1;
+\tred.shared.add.f32 \t[sh], 0f00000001;
+\tbar.sync \t0;
+\tld.shared.f32 \t%f3, [sh];
+\tadd.s64 \t%rd5, %rd1, %rd2;
+\tst.global.f64 \t[%rd5+16], %fd2;
+\t@%p1 st.global.f32 \t[%rd5+20], %f2;
+\tst.global.f32 \t[%rd1+12], %f3;
+"""
+
+
+def test_float_atomics_add_one_at_a_time_and_return_the_old_values():
+    # a compare-and-swap loop around the ADD entry: the sums and every returned old value equal
+    # the interpreter's (which adds in ascending lane order, as this machine's loop does within
+    # a warp); f32 flushes subnormals (the shared counter's 1-ulp subnormal adds stay 0), f64 not
+    text = kernel_ptx(ATOMICS + "\tret;\n", params=[("out", "u64"), ("vals", "u64")],
+                      decls="\t.reg .f64 \t%fd<8>;\n\t.shared .align 4 .b8 sh[4];\n")
+    k = parse_ptx(text).kernel()
+    rng = np.random.default_rng(3)
+    vals = rng.normal(0, 1e3, 32).astype(np.float64)
+    vals.view(np.uint32)[::4] = rng.integers(0, 1 << 23, 16)          # f32 subnormals in a
+    vals[5] = 5e-320                                                   # an f64 subnormal
+
+    def run(kern):
+        res = launch(kern, 1, 32, [np.zeros(2 + 2 * 32 + 2, np.uint64), vals.copy()])
+        return res.buffers[0]
+    want = run(k)
+    mk = lower(k)
+    assert len({e for _, e, _ in mk.calls}) == 2                      # ADD entries: f32, f64
+    assert run(mk).tobytes() == want.tobytes()
+    assert want.view(np.uint32)[3] == 0                                # flushed, in both
+    ak, _ = allocate(mk)
+    assert run(ak).tobytes() == want.tobytes()

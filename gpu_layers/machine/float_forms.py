@@ -1,8 +1,15 @@
-"""One-instruction f32 kernels and operand sets that check the soft-float lowering
+"""One-instruction f32 and f64 kernels and operand sets that check the soft-float lowering
 (gpu_layers/machine/softfloat.py) against the reference interpreter: scripts/check_softfloat.py
 runs every form on many operands, tests/test_softfloat.py a sample.
 
-    want, got, steps = compare(form, *operands(n, rng))   # result bits, original vs lowered
+    want, got, steps = compare(form, *operands(n, rng))       # f32 forms: uint32 operands
+    want, got, steps = compare(form, *operands64(n, rng))     # f64 forms (FORMS64): uint64
+
+An f32 form's results are the out word, then the word written over c (a 64-bit integer's high
+half); an f64 form (one whose types include f64) reads 64-bit a, b, c and stores one 64-bit word
+per thread: the result's bits zero-extended (a predicate pair as 1 | 2, an f32 or a narrow
+integer in the low bits). Its conversions take their source from a's bits (the low 32 bits for
+an f32 source, the low bits of a for an integer).
 """
 from __future__ import annotations
 
@@ -28,8 +35,32 @@ SETP = [f"setp.{c}.f32" for c in ("eq", "ne", "lt", "le", "gt", "ge", "equ", "ne
                                     "gtu", "geu", "num", "nan")] + ["setp.lt.and.f32", "setp.ge.or.f32"]
 CVT_IN = [f"cvt.{m}.f32.{t}" for t in ("s32", "u32", "s64", "u64", "s16", "u8") for m in ("rn", "rz", "rm", "rp")]
 CVT_OUT = [f"cvt.{m}.{t}.f32" for t in ("s32", "u32", "s64", "u64") for m in ("rni", "rzi", "rmi", "rpi")]
+CVT_OUT += ["cvt.rni.s8.f32", "cvt.rzi.u8.f32", "cvt.rmi.s16.f32", "cvt.rpi.u16.f32"]  # in 32-bit registers
 CVT_FF = [f"cvt.{m}.f32.f32" for m in ("rni", "rzi", "rmi", "rpi")] + ["cvt.sat.f32.f32"]
 FORMS = BINARY + DIV + UNARY + FMA + MINMAX + SETP + CVT_IN + CVT_OUT + CVT_FF
+
+_RND, _IRND = ("rn", "rz", "rm", "rp"), ("rni", "rzi", "rmi", "rpi")
+_INTS = ("s32", "u32", "s64", "u64", "s16", "u16", "s8", "u8")
+# binary64: the forms computed by the shared subroutine, and those expanded inline
+ROUTINE64 = ([f"{op}{m}.f64" for op in ("add", "sub", "mul") for m in ("", ".rn", ".rz", ".rm", ".rp")]
+             + [f"{op}.{m}.f64" for op in ("fma", "div", "rcp", "sqrt") for m in _RND])
+INLINE64 = (["min.f64", "max.f64"] + [f.replace(".f32", ".f64") for f in SETP] + ["setp.neu.xor.f64"]
+            + [f"cvt.{m}.f64.{t}" for t in _INTS for m in _RND]
+            + [f"cvt.{m}.{t}.f64" for t in _INTS for m in _IRND] + ["cvt.rni.sat.s32.f64"]
+            + [f"cvt.{m}.f64.f64" for m in _IRND] + ["cvt.sat.f64.f64"]
+            + ["cvt.f64.f32"] + [f"cvt.{m}.f32.f64" for m in _RND])
+FORMS64 = ROUTINE64 + INLINE64
+
+# binary64 special values: zeros, infinities, NaNs (quiet and signalling, payloads, both signs),
+# subnormal and normal limits, one, near integers and halves, f32's range limits
+SPECIAL64 = [0x0000000000000000, 0x8000000000000000, 0x7FF0000000000000, 0xFFF0000000000000,
+             0x7FF8000000000000, 0xFFF8000000000001, 0x7FF0000000000001, 0xFFF4000000DEAD00,
+             0x7FF7FFFFFFFFFFFF, 0x0000000000000001, 0x800FFFFFFFFFFFFF, 0x0010000000000000,
+             0x8010000000000000, 0x7FEFFFFFFFFFFFFF, 0xFFEFFFFFFFFFFFFF, 0x3FF0000000000000,
+             0xBFF0000000000000, 0x3FF0000000000001, 0x3FE0000000000000, 0xBFF8000000000000,
+             0x4004000000000000, 0x3FDFFFFFFFFFFFFF, 0x4330000000000001, 0x43E0000000000000,
+             0xC3E0000000000000, 0x41DFFFFFFFC00000, 0x47EFFFFFF0000000, 0x47F0000000000000,
+             0x36A0000000000000, 0xB690000000000000, 0x380FFFFFF0000000, 0x3810000000000000]
 
 LOAD = """\tld.param.u64 \t%rd1, [pa];
 \tld.param.u64 \t%rd2, [pb];
@@ -48,18 +79,64 @@ LOAD = """\tld.param.u64 \t%rd1, [pa];
 \tld.global.f32 \t%f2, [%rd7];
 \tld.global.f32 \t%f3, [%rd8];
 """
+LOAD64 = LOAD.replace("%r4, 4;", "%r4, 8;").replace("ld.global.f32 \t%f", "ld.global.f64 \t%fd")
+
+
+def is64(form: str) -> bool:
+    """Whether `form` is a binary64 form (FORMS64: its operands and results are 64-bit words)."""
+    return "f64" in form.split(".")
+
+
+def _source64(st):
+    """(code, register): a's bits as the source operand of type st, in an f64 kernel."""
+    w = int(st[1:])
+    if st == "f64":
+        return "", "%fd1"
+    code = "\tmov.b64 \t%rd20, %fd1;\n"
+    if st == "f32":
+        return code + "\tcvt.u32.u64 \t%r10, %rd20;\n\tmov.b32 \t%f1, %r10;\n", "%f1"
+    if w == 64:
+        return code, "%rd20"
+    if w == 32:
+        return code + "\tcvt.u32.u64 \t%r10, %rd20;\n", "%r10"
+    return code + "\tcvt.u16.u64 \t%rs1, %rd20;\n", "%rs1"
+
+
+def _result64(dt):
+    """(register, code): a destination of type dt, stored zero-extended as out's 64-bit word (an
+    8-bit integer in a 32-bit register, a 16-bit one in a 16-bit register)."""
+    w = int(dt[1:])
+    if dt == "f64":
+        return "%fd4", "\tst.global.f64 \t[%rd9], %fd4;\n"
+    if w == 64:
+        return "%rd31", "\tst.global.u64 \t[%rd9], %rd31;\n"
+    store = "\tst.global.u64 \t[%rd9], %rd30;\n"
+    if dt == "f32":
+        return "%f4", "\tmov.b32 \t%r11, %f4;\n\tcvt.u64.u32 \t%rd30, %r11;\n" + store
+    if w == 16:
+        return "%rs2", "\tcvt.u64.u16 \t%rd30, %rs2;\n" + store
+    return "%r11", "\tcvt.u64.u32 \t%rd30, %r11;\n" + store
 
 
 def kernel_for(form: str) -> str:
+    wide = is64(form)
+    f = "%fd" if wide else "%f"
     if form.startswith("setp"):
         extra = ""
-        if ".and." in form or ".or." in form:
+        if any(f".{b}." in form for b in ("and", "or", "xor")):
             extra = "\tsetp.ne.s32 \t%p3, %r3, 5;\n"
-            body = extra + f"\t{form} \t%p1|%p2, %f1, %f2, %p3;\n"
+            body = extra + f"\t{form} \t%p1|%p2, {f}1, {f}2, %p3;\n"
         else:
-            body = f"\t{form} \t%p1, %f1, %f2;\n\tnot.pred \t%p2, %p1;\n"
+            body = f"\t{form} \t%p1, {f}1, {f}2;\n\tnot.pred \t%p2, %p1;\n"
         body += ("\tselp.u32 \t%r5, 1, 0, %p1;\n\tselp.u32 \t%r6, 2, 0, %p2;\n"
-                 "\tor.b32 \t%r7, %r5, %r6;\n\tst.global.u32 \t[%rd9], %r7;\n")
+                 "\tor.b32 \t%r7, %r5, %r6;\n")
+        body += ("\tcvt.u64.u32 \t%rd30, %r7;\n\tst.global.u64 \t[%rd9], %rd30;\n" if wide
+                 else "\tst.global.u32 \t[%rd9], %r7;\n")
+    elif wide and form.startswith("cvt"):
+        dt, st = form.split(".")[-2:]
+        code, src = _source64(st)
+        dst, store = _result64(dt)
+        body = f"{code}\t{form} \t{dst}, {src};\n{store}"
     elif form in CVT_IN:            # the integer: a's bits (64-bit: b's bits above them)
         st = form.split(".")[-1]
         w = int(st[1:])
@@ -81,11 +158,13 @@ def kernel_for(form: str) -> str:
         else:
             body = f"\t{form} \t%r10, %f1;\n\tst.global.u32 \t[%rd9], %r10;\n"
     else:
-        ops = {"fma": "%f1, %f2, %f3", "mad": "%f1, %f2, %f3", "sqrt": "%f1", "rcp": "%f1",
-               "cvt": "%f1"}.get(form.split(".")[0], "%f1, %f2")
-        body = f"\t{form} \t%f4, {ops};\n\tst.global.f32 \t[%rd9], %f4;\n"
+        n = {"fma": 3, "mad": 3, "sqrt": 1, "rcp": 1, "cvt": 1}.get(form.split(".")[0], 2)
+        ops = ", ".join(f"{f}{i}" for i in range(1, n + 1))
+        t = "f64" if wide else "f32"
+        body = f"\t{form} \t{f}4, {ops};\n\tst.global.{t} \t[%rd9], {f}4;\n"
     params = [("pa", "u64"), ("pb", "u64"), ("pc", "u64"), ("out", "u64")]
-    return kernel_ptx(LOAD + body + "\tret;\n", params=params)
+    return kernel_ptx((LOAD64 if wide else LOAD) + body + "\tret;\n", params=params,
+                      decls="\t.reg .f64 \t%fd<8>;\n" if wide else "")
 
 
 def operands(n: int, rng) -> tuple:
@@ -118,21 +197,75 @@ def operands(n: int, rng) -> tuple:
     return A, B, C
 
 
+def operands64(n: int, rng) -> tuple:
+    """n triples of binary64 bit patterns (uint64): every pair of SPECIAL64 values first, then in
+    equal parts random bit patterns (a's low word sometimes an f32 special value), cancelling
+    operands (b close to -a, c close to -(a * b)), operands near and in the subnormal range, near
+    integers and halves up to 2^66, values around f32's overflow and subnormal limits (half of
+    them exact ties where an f32 result rounds), and integers of every bit length (ties at 54 to
+    64 bits, half of them negative)."""
+    sp = np.array(SPECIAL64, np.uint64)
+    ia, ib = np.meshgrid(np.arange(len(sp)), np.arange(len(sp)))
+    a, b = sp[ia.ravel()], sp[ib.ravel()]
+    c = sp[rng.integers(0, len(sp), a.size)]
+    k = max(0, n - a.size)
+
+    ra, rb, rc = (rng.integers(0, 1 << 64, k, dtype=np.uint64) for _ in range(3))
+    S, FRAC = np.uint64(1 << 63), np.uint64((1 << 52) - 1)
+    part = [k * i // 6 for i in range(7)]
+    sl = [slice(part[i], part[i + 1]) for i in range(6)]
+    m = [x.stop - x.start for x in sl]
+    # 0: random patterns; a's low word an f32 special value in half of them
+    low = np.array(SPECIAL, np.uint64)[rng.integers(0, len(SPECIAL), m[0])]
+    keep = rng.integers(0, 2, m[0]).astype(bool)
+    ra[sl[0]] = np.where(keep, ra[sl[0]], (ra[sl[0]] & ~np.uint64(0xFFFFFFFF)) | low)
+    # 1: cancellation
+    rb[sl[1]] = (ra[sl[1]] ^ S) + rng.integers(-3, 4, m[1]).astype(np.uint64)
+    with np.errstate(all="ignore"):
+        fa, fb = ra[sl[1]].view(np.float64), rb[sl[1]].view(np.float64)
+        rc[sl[1]] = (-(fa * fb) * (1 + rng.normal(0, 1e-13, m[1]))).view(np.uint64)
+    # 2: near and in the subnormal range
+    ra[sl[2]] = (ra[sl[2]] & (S | FRAC)) | (rng.integers(0, 0xC0, m[2]).astype(np.uint64) << np.uint64(52))
+    # 3: near integers and halves
+    whole = np.floor(2.0 ** rng.uniform(-1, 66, m[3]))
+    ra[sl[3]] = ((whole + rng.integers(0, 4, m[3]) / 4) * rng.choice([-1.0, 1.0], m[3])).view(np.uint64)
+    # 4: f32's limits: exponents near 2^128 and 2^-126..2^-150, half of them exact ties
+    e = np.where(rng.integers(0, 2, m[4]).astype(bool), rng.integers(1023 + 120, 1023 + 130, m[4]),
+                 rng.integers(1023 - 152, 1023 - 123, m[4]))
+    pos = (28 + np.maximum(0, (1023 - 126) - e)).astype(np.uint64)         # f32's rounding bit
+    f = ra[sl[4]] & FRAC
+    tie = ((f >> (pos + np.uint64(1))) << (pos + np.uint64(1))) | (np.uint64(1) << pos)
+    f = np.where(rng.integers(0, 2, m[4]).astype(bool) & (pos < 52), tie & FRAC, f)
+    ra[sl[4]] = (ra[sl[4]] & S) | (e.astype(np.uint64) << np.uint64(52)) | f
+    # 5: integers of every bit length, ties at 54..64 bits, half negated
+    v = ra[sl[5]] >> rng.integers(0, 64, m[5]).astype(np.uint64)
+    s = rng.integers(1, 12, m[5]).astype(np.uint64)
+    t = (rng.integers(1 << 52, 1 << 53, m[5]).astype(np.uint64) << s) | (np.uint64(1) << (s - np.uint64(1)))
+    v = np.where(rng.integers(0, 3, m[5]) == 0, t, v)
+    ra[sl[5]] = np.where(rng.integers(0, 2, m[5]).astype(bool), ~v + np.uint64(1), v)
+    A, B, C = (np.concatenate([x, y])[:max(n, a.size)] for x, y in ((a, ra), (b, rb), (c, rc)))
+    return A, B, C
+
+
 def _run(ptx_kernel, A, B, C):
     n = A.size
     block = 64          # = 1 << 6 in LOAD
     grid = (n + block - 1) // block
     pad = grid * block - n
-    args = [np.concatenate([x, np.zeros(pad, np.uint32)]).view(np.float32) for x in (A, B, C)]
-    out = np.zeros(grid * block, np.uint32)
+    args = [np.concatenate([x, np.zeros(pad, A.dtype)]) for x in (A, B, C)]
+    out = np.zeros(grid * block, A.dtype)
     res = launch(ptx_kernel, grid, block, args + [out], step_budget=10 ** 9)
+    if A.dtype == np.uint64:
+        return res.buffers[3].view(np.uint64)[:n], res.lane_issues
     return np.concatenate([res.buffers[3].view(np.uint32)[:n], res.buffers[2].view(np.uint32)[:n]]), \
         res.lane_issues
 
 
 def compare(form: str, A, B, C):
     """(the interpreter's result bits for `form`, those of its lowering, the machine instructions
-    one thread executes for the form: every thread runs the same path, in full groups)."""
+    one thread executes for the form: every thread runs the same path, in full groups). A, B, C:
+    uint32 for an f32 form (`operands`), uint64 for an f64 form (`operands64`)."""
+    assert A.dtype == (np.uint64 if is64(form) else np.uint32), (form, A.dtype)
     k = parse_ptx(kernel_for(form)).kernel()
     want, base = _run(k, A, B, C)
     got, steps = _run(lower(k), A, B, C)

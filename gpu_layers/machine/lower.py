@@ -19,11 +19,12 @@ Expansions keep the interpreter's semantics exactly, poison included:
     into fresh temporaries of their operand's type (`_Emitter.push`; nvcc's `selp.b32 %r1, 1, 0,
     %p1` becomes `mov.b32 %mq7, 1` + `selp.b32 %r1, %mq7, 0, %p1`). Barrier thread counts stay.
 
-Binary32 arithmetic (add/sub/mul/fma/div in every rounding mode, sqrt, rcp, min/max, setp,
-conversions to and from integers, rounding to integral values, .sat) becomes integer sequences in
-`softfloat.py`; add, sub, mul, fma, div, rcp and sqrt share one subroutine emitted after the
-kernel (Kernel.calls records its call sites for liveness). f64 arithmetic and float atomics are
-refused by name.
+Binary32 and binary64 arithmetic (add/sub/mul/fma/div in every rounding mode, sqrt, rcp,
+min/max, setp, conversions between floats and integers and between f32 and f64, rounding to
+integral values, .sat) becomes integer sequences in `softfloat.py`, with each format's NaN rules
+(interp/fp.py, interp/fp64.py); add, sub, mul, fma, div, rcp and sqrt share one subroutine per
+format emitted after the kernel (Kernel.calls records its call sites for liveness), and float
+atomic adds become compare-and-swap loops around it.
 
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
@@ -62,12 +63,15 @@ def _is_machine_form(ins) -> bool:
 def _expansion(ins):
     """The expansion that lowers `ins`, or None (a machine form, or not supported)."""
     kind = SUPPORTED[ins.name].kind
-    if kind == "setp" and "f32" in ins.types:
+    floats = any(t in softfloat.FORMATS for t in ins.types)          # f32 or f64
+    if kind == "setp" and floats:
         return softfloat.x_fsetp
-    if kind == "cvt" and "f32" in ins.types:
+    if kind in ("cvt", "dcvt") and floats:
         return softfloat.cvt_expansion(ins)
     if kind in ("atom", "red") and "add" in ins.modifiers and ins.types[-1] in softfloat.FORMATS:
         return softfloat.x_fatom
+    if kind == "dminmax":
+        return softfloat.x_fminmax
     return _EXPANSIONS.get(kind)
 
 
@@ -80,8 +84,7 @@ def machine_problems(kernel) -> list[str]:
 def lower(kernel: Kernel) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed).
 
-    Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded
-    (f64 arithmetic and f32 atomics, for now)."""
+    Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
         validate(kernel.module, kernel.name)
     problems = machine_problems(kernel)

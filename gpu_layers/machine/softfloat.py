@@ -1,36 +1,48 @@
-"""Binary32 arithmetic lowered to integer machine steps (part of `gpu_layers.machine.lower`).
+"""Binary32 and binary64 arithmetic lowered to integer machine steps (part of
+`gpu_layers.machine.lower`).
 
 The compiled machine has no float datapath: add/sub/mul/fma/mad/div (every rounding mode), sqrt,
-rcp, min/max, setp, the conversions between f32 and integers and rounding to integral values
-become integer sequences that compute the IEEE result exactly as the reference interpreter does
-(gpu_layers/interp/fp.py: no ftz, subnormals kept, canonical NaN 0x7FFFFFFF, -0 below +0 in
-min/max).
+rcp, min/max, setp, the conversions between floats and integers and between f32 and f64, rounding
+to integral values and float atomic adds become integer sequences that compute the IEEE result
+exactly as the reference interpreter does (gpu_layers/interp/fp.py and fp64.py: no ftz,
+subnormals kept, -0 below +0 in min/max; f32 NaN results are the canonical 0x7FFFFFFF, an f64 NaN
+result is the NaN operand with its sign and payload and the quiet bit set, in the hardware's order
+of priority, and an invalid operation gives 0xFFF8000000000000). Everything is written once for
+both formats (`Fmt`: the instruction's type picks F32 or F64).
 
-add, sub, mul, fma, div, rcp and sqrt share one **subroutine** (`emit_routines`), emitted once
-after the kernel's code: each site moves its operands into the argument registers, names itself
-in a return register (a constant, so the return branch never depends on data) and branches to an
-entry; the routine ends in a chain of compares that branches back to the site. A kernel with many
-float operations therefore pays for the routine's code once (the core's program holds 512 PCs).
-Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special cases, and one
-common part adds the addend c and rounds once, in the mode held in a register (0 rn, 1 rz, 2 rm,
-3 rp). Entries (only those some site calls are emitted):
+add, sub, mul, fma, div, rcp and sqrt share one **subroutine** per format (`emit_routines`),
+emitted once after the kernel's code: each site moves its operands into the argument registers,
+names itself in a return register (a constant, so the return branch never depends on data) and
+branches to an entry; the routine ends in a chain of compares that branches back to the site. A
+kernel with many float operations therefore pays for the routine's code once (the core's program
+holds 512 PCs). Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special
+cases, and one common part adds the addend c and rounds once, in the mode held in a register (0
+rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
 
-  * FMA: a * b, the exact 48-bit product (a 24-step shift-and-add loop);
+  * FMA: a * b, the exact product (a shift-and-add loop over b's 24 / 53 significand bits);
   * ADD: a itself (a * 1.0 is exact). sub flips c's sign first; mul is fma(a, b, -0) (+0 under
     rm: x + (+-0) rounds like x in every mode, and a zero product keeps its sign);
-  * DIV: a / b, a 27-bit quotient of the normalized significands (restoring division, 27 steps)
-    with the remainder's sticky bit below it, c = -0 as for mul; rcp is 1.0 / b;
-  * SQRT: the integer square root of the normalized significand scaled to an even exponent
-    (27 steps, one bit each) with the remainder's sticky bit; sqrt(-0) = -0.
+  * DIV: a / b, a quotient of the normalized significands with 27 / 56 bits (restoring division,
+    one bit per step) and the remainder's sticky bit below it, c = -0 as for mul; rcp is 1.0 / b;
+  * SQRT: the integer square root of the normalized significand scaled to an even exponent (one
+    bit per step) with the remainder's sticky bit; sqrt(-0) = -0.
 
-The common part aligns the normalized product and addend in 64-bit words (the smaller one shifted
-right with a sticky bit), adds or subtracts, normalizes, and rounds once at bit 40 (or further
-down for a subnormal result); overflow gives infinity or the largest finite value by the mode.
+The common part works on wide words (`_W64`: one 64-bit register for binary32, `_W128`: a pair of
+64-bit registers for binary64's 106-bit products; shifts by a register use PTX's clamped shift
+amounts, so neither branches): it aligns the normalized product and addend (the smaller one
+shifted right with a sticky bit), adds or subtracts, normalizes, and rounds once below the
+significand (further down for a subnormal result); overflow gives infinity or the largest finite
+value by the mode.
+
+Float atomic adds (atom/red .add.f32/.f64) are compare-and-swap loops around the ADD entry
+(`x_fatom`): each addition is the instruction's own, one at a time per word; the order is the
+machine's, as on a GPU.
 
 Poison: the original instruction's result is undefined when any operand is (the interpreter's
 "prop" rule), but a select chain can mask an undefined operand (a NaN in another operand picks
-the canonical NaN). So every result is finally xor-ed with a taint, (a ^ b ^ c) - itself: 0, or
-undefined exactly when an operand is. Nothing branches on data.
+a NaN). So every result is finally xor-ed with a taint, (a ^ b ^ c) - itself: 0, or undefined
+exactly when an operand is. Nothing branches on data (the atomics' retry branches on memory,
+which an atomic's operands may not hold undefined anyway).
 """
 from __future__ import annotations
 
@@ -855,50 +867,61 @@ def x_fatom(em, ins):
         em.place(done)
 
 
-def _key(B, x):
-    """A signed 32-bit integer ordered like the float x (-0 == +0), and x's NaN predicate."""
-    mag = B.and_(32, x, 0x7FFFFFFF)
-    neg = B.setp("lt", "s32", x, 0)
-    return B.sel(32, B.sub(32, 0, mag), mag, neg), _is_nan(B, mag)
+def _nan_of(B, x, F):
+    """The NaN result that carries operand x's NaN: f32's canonical NaN; an f64 NaN keeps its
+    sign and payload and gets the quiet bit (interp/fp64.py)."""
+    return CANON_NAN if F is F32 else B.or_(F.w, x, F.quiet)
+
+
+def _key(B, x, F=F32):
+    """A signed integer of F's width ordered like the float x (-0 == +0), and x's NaN predicate."""
+    w = F.w
+    mag = B.and_(w, x, F.mag)
+    neg = B.setp("lt", f"s{w}", x, 0)
+    return B.sel(w, B.sub(w, 0, mag), mag, neg), _is_nan(B, mag, F)
 
 
 def x_fminmax(em, ins):
-    """min/max.f32: the non-NaN operand when one is NaN, canonical NaN when both, -0 < +0."""
+    """min/max.f32 and .f64: the non-NaN operand when one is NaN; when both are, f32's canonical
+    NaN or b's f64 NaN quieted; -0 < +0."""
+    F = FORMATS[ins.types[-1]]
+    w = F.w
     B = _B(em)
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
 
     def order(x):        # ordered like the float, with -0 below +0 (NaNs are handled apart)
-        neg = B.setp("lt", "s32", x, 0)
-        return B.sel(32, B.xor(32, x, 0xFFFFFFFF), B.or_(32, x, SIGN), neg)
+        neg = B.setp("lt", f"s{w}", x, 0)
+        return B.sel(w, B.xor(w, x, _M[w]), B.or_(w, x, F.sign), neg)
 
     ka, kb = order(a), order(b)
-    na, nb = _is_nan(B, B.and_(32, a, 0x7FFFFFFF)), _is_nan(B, B.and_(32, b, 0x7FFFFFFF))
-    first = B.setp("le" if ins.opcode == "min" else "ge", "u32", ka, kb)
-    r = B.sel(32, a, b, first)
-    r = B.sel(32, a, r, nb)
-    r = B.sel(32, B.sel(32, CANON_NAN, b, nb), r, na)
-    _write(em, ins, r, B.taint([a, b]))
+    na, nb = _is_nan(B, B.and_(w, a, F.mag), F), _is_nan(B, B.and_(w, b, F.mag), F)
+    first = B.setp("le" if ins.opcode == "min" else "ge", f"u{w}", ka, kb)
+    r = B.sel(w, a, b, first)
+    r = B.sel(w, a, r, nb)
+    r = B.sel(w, B.sel(w, _nan_of(B, b, F), b, nb), r, na)
+    _write(em, ins, r, B.taint([a, b], w), w, w)
 
 
 def x_fsetp(em, ins):
-    """setp.CMP[.BOOL].f32 p[|q], a, b[, c]: the comparison on ordered integer keys."""
+    """setp.CMP[.BOOL].{f32,f64} p[|q], a, b[, c]: the comparison on ordered integer keys."""
+    F = FORMATS[ins.types[-1]]
     B = _B(em)
     cmp = ins.modifiers[0]
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
-    ka, na = _key(B, a)
-    kb, nb = _key(B, b)
+    ka, na = _key(B, a, F)
+    kb, nb = _key(B, b, F)
     unord = B.por(na, nb)
     if cmp == "num":
         r = B.pnot(unord)
     elif cmp == "nan":
         r = unord
     elif cmp.endswith("u"):
-        r = B.por(unord, B.setp(cmp[:-1], "s32", ka, kb))
+        r = B.por(unord, B.setp(cmp[:-1], f"s{F.w}", ka, kb))
     else:
-        r = B.pand(B.pnot(unord), B.setp(cmp, "s32", ka, kb))
+        r = B.pand(B.pnot(unord), B.setp(cmp, f"s{F.w}", ka, kb))
     boolop = ins.modifiers[1] if len(ins.modifiers) > 1 else None
     c = _val(ins.operands[3]) if boolop else None
-    tp = B.taint_pred([a, b])
+    tp = B.taint_pred([a, b], F.w)
     if isinstance(c, str):      # the predicate operand's own taint: c ^ c
         tp = B.pxor(tp, B.pxor(c, c))
     dst = ins.operands[0]
@@ -919,10 +942,54 @@ def x_fsetp(em, ins):
 # ------------------------------------------------------------------------------ conversions
 
 
+def _round_pack(B, F, neg, R, ex, mode, tiny=False, huge=False):
+    """The bits of format F, sign apart, of |v| = R * 2^(ex + 1 - F.bias - 63) rounded once by
+    `mode`: R (64-bit) has its leading one at bit 63, ex (32-bit) is the biased exponent of that
+    leading one minus one (the significand's hidden bit adds the one back), neg (a predicate or
+    False) is v's sign, which the directed modes need. tiny: the result may be subnormal or round
+    to zero (ex < 0, by any amount), so the rounding point moves up; huge: it may overflow (ex
+    above F's largest, by any amount) into infinity or the largest finite value by the mode."""
+    w, low = F.w, 63 - F.mbits                  # the rounding point of a normal result
+    if tiny:
+        bc = B.smax(32, ex, 0)
+        s = B.umin(32, B.add(32, B.sub(32, bc, ex), low), 65)   # 65: below half the least subnormal
+    else:
+        bc, s = ex, low
+    q = B.shr(64, R, s)
+    if w == 32:
+        q = B.cvt(32, 64, q)
+    away = None                                 # the directed mode rounds away from zero
+    if mode != "rz":
+        rem = B.and_(64, R, B.sub(64, B.shl(64, 1, s), 1))
+    if mode == "rn":
+        half = B.shl(64, 1, B.sub(32, s, 1))
+        above = B.setp("gt", "u64", rem, half)
+        if tiny:
+            above = B.pand(above, B.setp("ne", "u32", s, 65))
+        up = B.por(above, B.pand(B.setp("eq", "b64", rem, half),
+                                 B.setp("ne", f"b{w}", B.and_(w, q, 1), 0)))
+    elif mode == "rz":
+        up = False
+    else:
+        away = neg if mode == "rm" else B.pnot(neg)
+        up = B.pand(away, B.setp("ne", "b64", rem, 0))
+    e = bc if w == 32 else B.cvt(64, 32, bc)
+    bits = B.add(w, B.add(w, B.shl(w, e, F.mbits), q), B.sel(w, 1, 0, up))
+    if huge:
+        over = B.por(B.setp("gt", "s32", ex, (F.inf >> F.mbits) - 2), B.setp("ge", f"u{w}", bits, F.inf))
+        to_inf = {"rn": True, "rz": False}.get(mode, away)
+        bits = B.sel(w, B.sel(w, F.inf, F.max, to_inf), bits, over)
+    return bits
+
+
+_INTS = frozenset(f"{s}{w}" for s in "su" for w in (8, 16, 32, 64))
+
+
 def x_cvt_from_int(em, ins):
-    """cvt.{rn,rz,rm,rp}.f32.{s,u}{8..64}: the integer's magnitude normalized to bit 63, rounded
-    once at bit 40 (an integer's binary32 value is always a normal number or zero)."""
+    """cvt.{rn,rz,rm,rp}.{f32,f64}.{s,u}{8..64}: the integer's magnitude normalized to bit 63,
+    rounded once (an integer's value is always a normal number or zero in either format)."""
     B = _B(em)
+    F = FORMATS[ins.types[0]]
     st = ins.types[1]
     w, signed = int(st[1:]), st[0] == "s"
     mode = _rmode(ins)
@@ -935,44 +1002,36 @@ def x_cvt_from_int(em, ins):
     neg = B.setp("lt", "s64", v, 0) if signed else False
     a = B.sel(64, B.sub(64, 0, v), v, neg) if signed else v
     n = B.clz(64, a)
-    R2 = B.shl(64, a, n)
-    q = B.cvt(32, 64, B.shr(64, R2, 40))
-    rem = B.and_(64, R2, (1 << 40) - 1)
-    if mode == "rn":
-        up = B.por(B.setp("gt", "u64", rem, 1 << 39),
-                   B.pand(B.setp("eq", "b64", rem, 1 << 39), B.setp("ne", "b32", B.and_(32, q, 1), 0)))
-    elif mode == "rz":
-        up = False
-    else:
-        away = neg if mode == "rm" else B.pnot(neg)
-        up = B.pand(away, B.setp("ne", "b64", rem, 0))
-    bits = B.add(32, B.add(32, B.shl(32, B.sub(32, 189, n), 23), q), B.sel(32, 1, 0, up))
-    bits = B.sel(32, 0, bits, B.setp("eq", "b64", a, 0))
+    R = B.shl(64, a, n)
+    bits = _round_pack(B, F, neg, R, B.sub(32, F.bias + 62, n), mode)
+    bits = B.sel(F.w, 0, bits, B.setp("eq", "b64", a, 0))
     if signed:
-        bits = B.or_(32, bits, B.sel(32, SIGN, 0, neg))
-    _write(em, ins, bits, B.cvt(32, 64, B.sub(64, v, v)))
-
-
-_INT_LIMITS = {"s32": ((1 << 31) - 1, 1 << 31, 0), "u32": ((1 << 32) - 1, 0, 0),
-               "s64": ((1 << 63) - 1, 1 << 63, 1 << 63), "u64": ((1 << 64) - 1, 0, 1 << 63)}
+        bits = B.or_(F.w, bits, B.sel(F.w, F.sign, 0, neg))
+    _write(em, ins, bits, B.sub(64, v, v), F.w, 64)
 
 
 def x_cvt_to_int(em, ins):
-    """cvt.{rni,rzi,rmi,rpi}.{s,u}{32,64}.f32: round to an integer by the mode and saturate;
-    NaN gives 0 (32-bit) or 1 << 63 (64-bit), as the interpreter (and an A100) does."""
+    """cvt.{rni,rzi,rmi,rpi}[.sat].{s,u}{8,16,32,64}.{f32,f64}: round to an integer by the mode
+    and saturate (a float to integer conversion always does). NaN gives 1 << (width - 1) (MININT
+    for a signed type) from an f64 or into a 64-bit integer, else 0 (the PTX ISA's cvt rule; an
+    A100 does so). The value is computed in 64 bits and truncated to the destination register, so
+    a narrow signed result arrives sign-extended, as the interpreter writes a wider register."""
     B = _B(em)
+    F = FORMATS[ins.types[1]]
     dt = ins.types[0]
-    w = int(dt[1:])
-    hi, lo_mag, nan_val = _INT_LIMITS[dt]
+    w, signed = int(dt[1:]), dt[0] == "s"
+    hi, lo_mag = (1 << (w - signed)) - 1, (1 << (w - 1)) if signed else 0
+    nan_val = 0 if F is F32 and w < 64 else (-(1 << (w - 1)) if signed else 1 << (w - 1)) & _M[64]
     x = _val(ins.operands[1])
-    sign, sig, e, mag = _fields(B, x)
+    sign, sig, e, mag = _fields(B, x, F)
     neg = B.setp("ne", "b32", sign, 0)
-    k = B.sub(32, e, 150)                        # x = sig * 2^k
+    top = 63 - F.mbits                           # sig * 2^top < 2^64 <= sig * 2^(top + 1)
+    k = B.sub(32, e, F.low)                      # x = sig * 2^k
     left = B.setp("ge", "s32", k, 0)
-    big = B.setp("gt", "s32", k, 40)             # |x| >= 2^64: saturates (infinities too)
-    sig64 = B.cvt(64, 32, sig)
-    whole = B.shl(64, sig64, B.umin(32, k, 40))
-    r = B.umin(32, B.sub(32, 0, k), 40)          # right shift (sig < 2^24: 40 is as good as more)
+    big = B.setp("gt", "s32", k, top)            # |x| >= 2^64: saturates (infinities too)
+    sig64 = sig if F.w == 64 else B.cvt(64, 32, sig)
+    whole = B.shl(64, sig64, B.umin(32, k, top))
+    r = B.umin(32, B.sub(32, 0, k), max(top, F.mbits + 2))     # a right shift (more is as good)
     q = B.shr(64, sig64, r)
     rem = B.and_(64, sig64, B.sub(64, B.shl(64, 1, r), 1))
     half = B.shl(64, 1, B.sub(32, r, 1))
@@ -995,66 +1054,104 @@ def x_cvt_to_int(em, ins):
         under = B.pand(neg, B.por(big, B.setp("ne", "b64", m, 0)))   # negatives saturate to 0
         val, lo = m, 0
     val = B.sel(64, hi, B.sel(64, lo, val, under), over)
-    val = B.sel(64, nan_val, val, _is_nan(B, mag))
-    if w == 32:
-        val = B.cvt(32, 64, val)
-    _write(em, ins, val, B.taint([x]), w)
+    val = B.sel(64, nan_val, val, _is_nan(B, mag, F))
+    rw = em.regbits[str(ins.operands[0])]          # 16, 32 or 64 bits (no 8-bit registers)
+    if rw < 64:
+        val = B.cvt(rw, 64, val)
+    _write(em, ins, val, B.taint([x], F.w), rw, F.w)
 
 
 def x_cvt_round_integral(em, ins):
-    """cvt.{rni,rzi,rmi,rpi}.f32.f32: clear the fraction bits of |x| (2^k, k = 150 - exponent,
-    is the unit), adding one unit when the mode rounds away; a carry into the exponent is the
-    right value. |x| < 1 gives 0 or 1, the sign stays (-0.3 -> -0), |x| >= 2^23 and infinities
-    are already integral, NaN gives the canonical NaN."""
+    """cvt.{rni,rzi,rmi,rpi}.{f32,f64}.{f32,f64}: clear the fraction bits of |x| (2^k, k = low -
+    exponent, is the unit), adding one unit when the mode rounds away; a carry into the exponent
+    is the right value. |x| < 1 gives 0 or 1, the sign stays (-0.3 -> -0), |x| >= 2^mbits and
+    infinities are already integral, a NaN gives the NaN result `_nan_of`."""
     B = _B(em)
+    F = FORMATS[ins.types[0]]
+    w = F.w
     mode = next(m for m in ins.modifiers if m in ("rni", "rzi", "rmi", "rpi"))
     x = _val(ins.operands[1])
-    mag = B.and_(32, x, 0x7FFFFFFF)
-    e = B.shr(32, mag, 23)
-    one = B.shl(32, 1, B.umin(32, B.sub(32, 150, e), 23))
-    rem = B.and_(32, mag, B.sub(32, one, 1))
-    trunc = B.xor(32, mag, rem)
-    neg = B.setp("lt", "s32", x, 0)
+    mag = B.and_(w, x, F.mag)
+    e = B.shr(w, mag, F.mbits)
+    if w == 64:
+        e = B.cvt(32, 64, e)
+    one = B.shl(w, 1, B.umin(32, B.sub(32, F.low, e), F.mbits))
+    rem = B.and_(w, mag, B.sub(w, one, 1))
+    trunc = B.xor(w, mag, rem)
+    neg = B.setp("lt", f"s{w}", x, 0)
     if mode == "rni":
-        half = B.shr(32, one, 1)
-        odd = B.setp("ne", "b32", B.and_(32, mag, one), 0)
-        up = B.por(B.setp("gt", "u32", rem, half), B.pand(B.setp("eq", "b32", rem, half), odd))
-        small_up = B.setp("gt", "u32", mag, 0x3F000000)
+        half = B.shr(w, one, 1)
+        odd = B.setp("ne", f"b{w}", B.and_(w, mag, one), 0)
+        up = B.por(B.setp("gt", f"u{w}", rem, half), B.pand(B.setp("eq", f"b{w}", rem, half), odd))
+        small_up = B.setp("gt", f"u{w}", mag, (F.bias - 1) << F.mbits)        # |x| > 0.5
     elif mode == "rzi":
         up = small_up = False
     else:
         away = neg if mode == "rmi" else B.pnot(neg)
-        up = B.pand(away, B.setp("ne", "b32", rem, 0))
-        small_up = B.pand(away, B.setp("ne", "b32", mag, 0))
-    res = B.sel(32, B.sel(32, 0x3F800000, 0, small_up), B.sel(32, B.add(32, trunc, one), trunc, up),
-                B.setp("lt", "u32", e, 127))
-    res = B.or_(32, B.and_(32, x, SIGN), res)
-    res = B.sel(32, x, res, B.setp("ge", "u32", e, 150))
-    res = B.sel(32, CANON_NAN, res, _is_nan(B, mag))
-    _write(em, ins, res, B.taint([x]))
+        up = B.pand(away, B.setp("ne", f"b{w}", rem, 0))
+        small_up = B.pand(away, B.setp("ne", f"b{w}", mag, 0))
+    res = B.sel(w, B.sel(w, F.bias << F.mbits, 0, small_up), B.sel(w, B.add(w, trunc, one), trunc, up),
+                B.setp("lt", "u32", e, F.bias))
+    res = B.or_(w, B.and_(w, x, F.sign), res)
+    res = B.sel(w, x, res, B.setp("ge", "u32", e, F.low))
+    res = B.sel(w, _nan_of(B, x, F), res, _is_nan(B, mag, F))
+    _write(em, ins, res, B.taint([x], w), w, w)
 
 
 def x_cvt_sat(em, ins):
-    """cvt.sat.f32.f32: clamp to [0, 1]; NaN and -0 give +0."""
+    """cvt.sat.{f32,f64}.{f32,f64}: clamp to [0, 1]; NaN and -0 give +0."""
     B = _B(em)
+    F = FORMATS[ins.types[0]]
+    w = F.w
     x = _val(ins.operands[1])
-    mag = B.and_(32, x, 0x7FFFFFFF)
-    neg = B.setp("lt", "s32", x, 0)
-    res = B.sel(32, 0x3F800000, x, B.setp("ge", "u32", mag, 0x3F800000))
-    res = B.sel(32, 0, res, B.por(neg, _is_nan(B, mag)))
-    _write(em, ins, res, B.taint([x]))
+    mag = B.and_(w, x, F.mag)
+    neg = B.setp("lt", f"s{w}", x, 0)
+    one = F.bias << F.mbits
+    res = B.sel(w, one, x, B.setp("ge", f"u{w}", mag, one))
+    res = B.sel(w, 0, res, B.por(neg, _is_nan(B, mag, F)))
+    _write(em, ins, res, B.taint([x], w), w, w)
+
+
+def x_cvt_float(em, ins):
+    """cvt.f64.f32 (exact: an f32 subnormal becomes a normal f64) and cvt.{rn,rz,rm,rp}.f32.f64
+    (rounded once: subnormal results, overflow to infinity or the largest finite value by the
+    mode): the significand normalized to bit 63, packed by `_round_pack`. A NaN keeps its sign and
+    the top of its payload (shifted) and gets the quiet bit; infinities and zeros keep their sign
+    (interp/fp64.py from_f32, to_f32)."""
+    B = _B(em)
+    G, F = FORMATS[ins.types[0]], FORMATS[ins.types[1]]
+    narrow = G.w < F.w
+    x = _val(ins.operands[1])
+    sign, sig, e, mag = _fields(B, x, F)
+    neg = B.setp("ne", "b32", sign, 0)
+    sig64 = sig if F.w == 64 else B.cvt(64, 32, sig)
+    n = B.clz(64, sig64)
+    R = B.shl(64, sig64, n)
+    # x = sig * 2^(e - F.low): its leading one is 2^(e - F.low + 63 - n), G's biased exponent
+    # of it that plus G.bias
+    ex = B.sub(32, B.add(32, e, G.bias - F.low + 62), n)
+    bits = _round_pack(B, G, neg, R, ex, _rmode(ins) if narrow else "rz", tiny=narrow, huge=narrow)
+    frac = B.and_(F.w, x, F.frac)
+    d = F.mbits - G.mbits
+    payload = B.cvt(G.w, F.w, B.shr(F.w, frac, d)) if d > 0 else B.shl(G.w, B.cvt(G.w, F.w, frac), -d)
+    spec = B.sel(G.w, B.or_(G.w, payload, G.inf | G.quiet), G.inf, _is_nan(B, mag, F))
+    bits = B.sel(G.w, spec, bits, B.setp("ge", f"u{F.w}", mag, F.inf))
+    bits = B.sel(G.w, 0, bits, B.setp("eq", f"b{F.w}", mag, 0))
+    bits = B.or_(G.w, bits, B.sel(G.w, G.sign, 0, neg))
+    _write(em, ins, bits, B.taint([x], F.w), G.w, F.w)
 
 
 def cvt_expansion(ins):
-    """The expansion of an f32 <-> integer cvt, or None."""
+    """The expansion of a cvt with an f32 or f64 type, or None."""
     dt, st = ins.types
-    ints = {f"{s}{w}" for s in "su" for w in (8, 16, 32, 64)}
-    if dt == "f32" and st in ints and "sat" not in ins.modifiers:
+    if dt in FORMATS and st in _INTS and "sat" not in ins.modifiers:
         return x_cvt_from_int
-    if st == "f32" and dt in _INT_LIMITS:
+    if st in FORMATS and dt in _INTS:
         return x_cvt_to_int
-    if st == dt == "f32":
+    if st == dt and st in FORMATS:
         return x_cvt_sat if "sat" in ins.modifiers else x_cvt_round_integral
+    if dt in FORMATS and st in FORMATS:
+        return x_cvt_float
     return None
 
 
