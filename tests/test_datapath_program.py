@@ -62,8 +62,9 @@ def test_every_lowerable_case_computes_what_the_interpreter_writes():
         ops_seen |= {k.split(".")[0] for k in st.by_op}
         unsupported += datapath_problems(ak, register_slots(ak), case.grid, case.block, _args(case))
         checked.append(case.name)
-    # (the float routine's pools peak apart: at most 20 registers are live at once in these)
-    assert refused == MULTI_DIM and len(crowded) <= 6, crowded
+    # crowded: kernels calling a float routine (f64's wide words are register pairs), whose pools
+    # peak apart (at most 20 registers are live at once in any of them; one shared pool would fit)
+    assert refused == MULTI_DIM and len(crowded) <= 8, crowded
     assert len(checked) >= 105
     # the only register-writing form the ALU does not compute: local_sort's packing mov
     assert len(unsupported) == 1 and "mov.b64" in unsupported[0] and "vector mov" in unsupported[0]

@@ -10,7 +10,9 @@ from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
-from gpu_layers.machine.float_forms import FORMS, INLINE64, ROUTINE64, compare, operands, operands64
+from gpu_layers.machine.datapath_program import datapath_problems, register_slots
+from gpu_layers.machine.float_forms import (FORMS, FORMS64, INLINE64, ROUTINE64, compare, is64, kernel_for,
+                                            operands, operands64)
 from gpu_layers.machine.liveness import liveness
 from gpu_layers.ptx.parser import parse_ptx
 
@@ -195,3 +197,13 @@ def test_float_atomics_add_one_at_a_time_and_return_the_old_values():
     assert want.view(np.uint32)[3] == 0                                # flushed, in both
     ak, _ = allocate(mk)
     assert run(ak).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("form", FORMS + FORMS64)
+def test_every_lowered_form_is_alu_computable(form):
+    # the ALU computes each step of the expansion from operands of the instruction's width (a
+    # 64-bit register read by a 32-bit compare would be truncated by the interpreter, not the ALU)
+    ak, _ = allocate(lower(parse_ptx(kernel_for(form)).kernel()))
+    dt = np.uint64 if is64(form) else np.uint32
+    args = [np.zeros(64, dt) for _ in range(4)]
+    assert datapath_problems(ak, register_slots(ak), 1, 64, args) == []

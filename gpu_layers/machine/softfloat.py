@@ -1024,7 +1024,7 @@ def x_cvt_to_int(em, ins):
     nan_val = 0 if F is F32 and w < 64 else (-(1 << (w - 1)) if signed else 1 << (w - 1)) & _M[64]
     x = _val(ins.operands[1])
     sign, sig, e, mag = _fields(B, x, F)
-    neg = B.setp("ne", "b32", sign, 0)
+    neg = B.setp("ne", f"b{F.w}", sign, 0)
     top = 63 - F.mbits                           # sig * 2^top < 2^64 <= sig * 2^(top + 1)
     k = B.sub(32, e, F.low)                      # x = sig * 2^k
     left = B.setp("ge", "s32", k, 0)
@@ -1123,7 +1123,7 @@ def x_cvt_float(em, ins):
     narrow = G.w < F.w
     x = _val(ins.operands[1])
     sign, sig, e, mag = _fields(B, x, F)
-    neg = B.setp("ne", "b32", sign, 0)
+    neg = B.setp("ne", f"b{F.w}", sign, 0)
     sig64 = sig if F.w == 64 else B.cvt(64, 32, sig)
     n = B.clz(64, sig64)
     R = B.shl(64, sig64, n)
