@@ -71,8 +71,8 @@ def main():
         mean = sum(r[1] for r in rows) / len(rows)
         worst = max(rows, key=lambda x: x[1])
         most = max(rows, key=lambda x: x[3].max_bits)
-        print(f"\n{len(rows)} cases lowered, {len(refused)} refused (floating point, not yet in the "
-              f"machine); tokens per thread-instruction: mean {mean:.2f}, worst {worst[1]:.2f} "
+        print(f"\n{len(rows)} cases lowered, {len(refused)} refused (not lowered: "
+              f"{', '.join(refused) or 'none'}); tokens per thread-instruction: mean {mean:.2f}, worst {worst[1]:.2f} "
               f"({worst[0]}); outputs decoded from tokens match: "
               f"{sum(r[2] for r in rows)}/{len(rows)}; most live registers per thread: "
               f"{max(r[3].max_regs for r in rows)}, most live bits: {most[3].max_bits} ({most[0]})")

@@ -1,5 +1,6 @@
 """A compact exact executor for a `CompiledMachine`: the compiled layers alone, at machine width W,
-in plain numpy fp32, computing only what their sparsity leaves.
+in fp32, computing only what their sparsity leaves (numpy for the compaction, numba-compiled
+loops for each token: gpu_layers/craft/fast_kernels.py).
 
     fm = FastMachine(compiled_machine)
     st = fm.new_state()
@@ -30,8 +31,8 @@ Why the tokens are the stock path's tokens:
     are all 0 drop out; a gate whose in_proj_a rows are all 0 is a constant (skipped when exactly 1). The inert full-attention layer
     of the machine-only model adds exact zeros (zero o_proj and MLP: tested), so it is not run.
     An LM-head row of zeros gives logit exactly 0 and is filled in as 0 before the argmax.
-  * What is computed uses the same formulas, in the same order, in fp32. Only summation order (BLAS
-    blocking of the smaller dot products) and libm differ: ~1e-7 relative. The compiled circuits
+  * What is computed uses the same formulas, in the same order, in fp32, except that sums (norms,
+    projections) accumulate in fp64 and are rounded once, and libm differs: ~1e-7 relative. The compiled circuits
     re-digitize every MLP step with margins far above that (docs/blocks.md, DESIGN section 3) and
     their logits win by >= 2, so those differences never change a token. That is a claim about the
     circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
@@ -45,13 +46,12 @@ rounds activations at each op; that is not reimplemented).
 """
 from __future__ import annotations
 
-import warnings
-
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from . import fast_kernels as K
 from .compiled import LAYER_KEYS, CompiledMachine
 
 F32 = np.float32
@@ -72,14 +72,6 @@ def _f32(a) -> np.ndarray:
     return a if isinstance(a, np.ndarray) and a.dtype == F32 else _np(a)
 
 
-def _sigmoid(x):
-    return F32(1.0) / (F32(1.0) + np.exp(-x))
-
-
-def _silu(x):
-    return x * _sigmoid(x)
-
-
 def _softplus(x):
     # torch.nn.functional.softplus (beta 1, threshold 20)
     return np.where(x > F32(20.0), x, np.log1p(np.exp(np.minimum(x, F32(20.0)))))
@@ -98,20 +90,20 @@ class _Mixer:
     w_in: np.ndarray           # (C + Z + H [+ H], len(cols)): live qkv channels, live z entries, b [, a]
     C: int                     # live conv channels
     Z: int                     # live z entries
-    conv_w: np.ndarray         # (K, C) taps of the live channels (oldest first); (C,) if last tap only
+    conv_w: np.ndarray         # (K, C) taps of the live channels (oldest first); (1, C) if last tap only
     last_tap_only: bool
     gather: np.ndarray         # (H, 2 d + e) index into [0, conv out...]: 0 = constant zero
     neg_A: np.ndarray          # (H,) -exp(A_log)
     dt_bias: np.ndarray        # (H,)
-    decay: np.ndarray | None   # (H, 1, 1) exp(g) when in_proj_a's live rows are all 0 (g constant)
+    decay: np.ndarray | None   # (H,) exp(g) when in_proj_a's live rows are all 0 (g constant)
     gate_open: bool            # that constant decay is exactly 1.0: S *= 1 is skipped
     out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
-    z_gather: np.ndarray       # (len(out_heads), e) index into scratch's z part (0 = constant zero)
+    z_gather: np.ndarray       # (len(out_heads), e) index into ext's z part (0 = constant zero)
     gnorm_w: np.ndarray        # (len(out_heads), e) linear_attn.norm.weight at the kept value dims
     out_sel: np.ndarray        # flat indices into (len(out_heads) * e) of the used out_proj columns
     w_out: np.ndarray          # (len(out_rows), len(out_sel))
     out_rows: np.ndarray
-    scratch: np.ndarray        # (1 + C + Z,) work buffer [0, silu(conv out), silu(z)]; [0] stays 0
+    ext_size: int              # 1 + C + Z: [0, silu(conv out), silu(z)], what gather indexes
 
 
 @dataclass
@@ -174,87 +166,35 @@ def _nz_rows(w: np.ndarray) -> np.ndarray:
     return np.flatnonzero((w != 0).any(1))
 
 
-class _SparseRows:
-    """A projection kept as its nonzero entries, row by row: `w @ x` costs the nonzeros instead
-    of rows x columns (a compiled layer's projections are 98-99.8 % zeros, the LM head's rows a
-    few dozen entries). Rows that read the same columns form one dense block (the LM head: 45
-    blocks for 61,574 rows), one matrix-vector product each, when there are few such patterns;
-    otherwise torch's CSR product (each row one sum: rows are split among threads, never one
-    row). A row without nonzeros gives exactly 0."""
-    __slots__ = ("shape", "rows", "ptr", "idx", "val", "blocks", "_A")
-    MAX_BLOCKS = 64
+class _Sparse:
+    """A projection kept as its nonzero entries, column by column: `M @ x` (fast_kernels.csc_mv)
+    visits only the columns where x is nonzero (a compiled layer's projections are 98-99.8 % zeros,
+    and many of their inputs are mostly zero: the out_proj and down_proj inputs, 1-20 % nonzero;
+    the LM head's, 13 %). Measured on the core, this beats a row-by-row product even where the
+    input is dense (the normed residual, ~85 %). A row without nonzeros gives exactly 0."""
+    __slots__ = ("shape", "colptr", "rows", "vals")
 
     def __init__(self, M: np.ndarray, rows: np.ndarray | None = None, n_rows: int | None = None):
-        """From a dense M, or from M's nonzero rows `rows` (of n_rows) already cut out."""
+        """From a dense M, or from the rows `rows` (of n_rows) of a larger matrix, already cut out."""
         if rows is None:
-            rows, n_rows = _nz_rows(M), M.shape[0]
-            M = M[rows]
-        self.shape, self.rows = (n_rows, M.shape[1]), rows
-        self.ptr, self.idx, self.val = _csr(M)
-        self._A = None
-        pats = {}
-        for i in range(len(rows)):
-            pats.setdefault(self.idx[self.ptr[i]:self.ptr[i + 1]].tobytes(), []).append(i)
-        self.blocks = None
-        if len(pats) <= self.MAX_BLOCKS:
-            self.blocks = []
-            for rs in pats.values():
-                rs = np.array(rs)
-                cols = self.idx[self.ptr[rs[0]]:self.ptr[rs[0] + 1]].astype(np.int64)
-                self.blocks.append((rows[rs], cols, np.ascontiguousarray(M[np.ix_(rs, cols)])))
-
-    def __getstate__(self):
-        return {k: getattr(self, k) for k in self.__slots__ if k != "_A"}
-
-    def __setstate__(self, st):
-        for k, v in st.items():
-            setattr(self, k, v)
-        self._A = None
+            rows, n_rows = np.arange(M.shape[0]), M.shape[0]
+        c, r = np.nonzero(M.T)                      # column-major order: by column, then row
+        self.shape = (int(n_rows), M.shape[1])
+        self.colptr = np.zeros(M.shape[1] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(c, minlength=M.shape[1]), out=self.colptr[1:])
+        self.rows = np.ascontiguousarray(np.asarray(rows)[r], dtype=np.int64)
+        self.vals = np.ascontiguousarray(M[r, c], dtype=F32)
 
     @property
     def size(self) -> int:
         """The entries kept."""
-        return len(self.val)
+        return len(self.vals)
 
     def __matmul__(self, x: np.ndarray) -> np.ndarray:
-        if self.blocks is not None:
-            out = np.zeros(self.shape[0], dtype=F32)
-            for rows, cols, B in self.blocks:
-                out[rows] = B @ x[cols]
-            return out
-        if self._A is None:
-            with warnings.catch_warnings():         # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore")
-                self._A = torch.sparse_csr_tensor(
-                    torch.from_numpy(self.ptr), torch.from_numpy(self.idx.astype(np.int64)),
-                    torch.from_numpy(self.val), size=(len(self.rows), self.shape[1]), check_invariants=False)
-        y = torch.mv(self._A, torch.from_numpy(np.ascontiguousarray(x, dtype=F32))).numpy()
-        if len(self.rows) == self.shape[0]:
-            return y
-        out = np.zeros(self.shape[0], dtype=F32)
-        out[self.rows] = y
-        return out
+        return K.csc_mv(self.colptr, self.rows, self.vals, self.shape[0], np.ascontiguousarray(x, dtype=F32))
 
 
 _CHUNK_ROWS = 8192
-
-
-def _one_per_head(k: np.ndarray):
-    """(heads, dims) of k's nonzeros when no head (row) has more than one, else (None, None): the
-    state's delta rule and read-out then touch one state row per head. Same values as the dense
-    products: the other terms are exact zeros (0 * finite)."""
-    h, j = np.nonzero(k)
-    if len(h) > k.shape[0] or (len(h) > 1 and (np.diff(h) == 0).any()):
-        return None, None
-    return h, j
-
-
-def _matrix(M: np.ndarray):
-    """A projection for `w @ x`: sparse when it is large and at most a quarter of its entries are
-    nonzero (below 2^16 entries a dense product costs less than the sparse call)."""
-    if M.size >= 1 << 16 and np.count_nonzero(M) * 4 <= M.size:
-        return _SparseRows(M)
-    return np.ascontiguousarray(M)
 
 
 class FastMachine:
@@ -316,7 +256,7 @@ class FastMachine:
             live_rows[a:a + _CHUNK_ROWS] = nz.any(1)
             live_cols |= nz.any(0)
         rows, self.head_cols = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
-        self.head = _SparseRows(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
+        self.head = _Sparse(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
         del U
         self.final_w = (F32(1.0) + fn)[self.head_cols]
 
@@ -402,7 +342,7 @@ class FastMachine:
         neg_A, dt_bias = -np.exp(t["linear_attn.A_log"][heads]), t["linear_attn.dt_bias"][heads]
         decay = None
         if not (a_w != 0).any():       # a == 0 exactly on every token: g is a compile-time constant
-            decay = np.exp(neg_A * _softplus(np.zeros_like(dt_bias) + dt_bias))[:, None, None]
+            decay = np.exp(neg_A * _softplus(np.zeros_like(dt_bias) + dt_bias))
             a_w = a_w[:0]
         used = np.array(used, dtype=np.int64)
         rows = np.concatenate([qkv[used], zw[z_rows], b_w, a_w], 0)
@@ -411,14 +351,14 @@ class FastMachine:
         last_only = not (cw[:-1] != 0).any()
         return _Mixer(heads=heads, kdims=kdims, vdims=vdims, cols=cols,
                       norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
-                      w_in=_matrix(rows[:, cols]), C=len(used), Z=len(z_rows),
-                      conv_w=np.ascontiguousarray(cw[-1]) if last_only else cw, last_tap_only=last_only,
+                      w_in=_Sparse(rows[:, cols]), C=len(used), Z=len(z_rows),
+                      conv_w=np.ascontiguousarray(cw[-1:] if last_only else cw), last_tap_only=last_only,
                       gather=gather, neg_A=neg_A, dt_bias=dt_bias, decay=decay,
                       gate_open=decay is not None and bool((decay == 1.0).all()),
                       out_heads=np.array(out_heads, dtype=np.int64), z_gather=z_gather, gnorm_w=gnorm_w,
                       out_sel=np.array(out_sel, dtype=np.int64),
-                      w_out=_matrix(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
-                      scratch=np.zeros(1 + len(used) + len(z_rows), dtype=F32))
+                      w_out=_Sparse(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
+                      ext_size=1 + len(used) + len(z_rows))
 
     def _compact_mlp(self, t) -> _MLP | None:
         g, u, d = t["mlp.gate_proj.weight"], t["mlp.up_proj.weight"], t["mlp.down_proj.weight"]
@@ -429,8 +369,8 @@ class FastMachine:
         cols = np.flatnonzero((gu != 0).any(0))
         rows = _nz_rows(d[:, live])
         return _MLP(cols=cols, norm_w=(F32(1.0) + t["post_attention_layernorm.weight"])[cols],
-                    w_gu=_matrix(gu[:, cols]), N=len(live),
-                    w_down=_matrix(d[np.ix_(rows, live)]), rows=rows)
+                    w_gu=_Sparse(gu[:, cols]), N=len(live),
+                    w_down=_Sparse(d[np.ix_(rows, live)]), rows=rows)
 
     # ---- execution --------------------------------------------------------------------------
 
@@ -439,66 +379,26 @@ class FastMachine:
         for L in self.layers:
             mx = L.mixer
             S.append(None if mx is None else np.zeros(mx.kdims.shape + mx.vdims.shape[1:], dtype=F32))
-            conv.append(None if mx is None or mx.last_tap_only else np.zeros((self.K - 1, mx.C), dtype=F32))
+            conv.append(None if mx is None else np.zeros((mx.conv_w.shape[0] - 1, mx.C), dtype=F32))
         return FastState(self, S, conv)
 
     def _norm(self, x, cols, w):
         """Zero-centred RMSNorm over the whole residual, evaluated only at `cols`."""
-        r = F32(1.0) / np.sqrt(np.dot(x, x) / F32(self.W) + self.eps)
-        return (x[cols] * r) * w
+        return K.norm_cols(x, cols, w, float(self.W), self.eps)
 
     def _mixer(self, mx: _Mixer, x, S, conv):
         p = mx.w_in @ self._norm(x, mx.cols, mx.norm_w)       # qkv channels, z entries, b, [a]
-        C, Z, H = mx.C, mx.Z, len(mx.heads)
-        if mx.last_tap_only:
-            p[:C] *= mx.conv_w
-        else:
-            win = np.concatenate([conv, p[None, :C]], 0)       # (K, C), oldest first
-            p[:C] = np.einsum("kc,kc->c", win, mx.conv_w)
-            conv[:] = win[1:]
-        sig = _sigmoid(p[:C + Z + H])                          # one sigmoid for SiLU(conv), SiLU(z), beta
-        ext = mx.scratch                                       # [0, silu(conv out), silu(z)]
-        np.multiply(p[:C + Z], sig[:C + Z], out=ext[1:])
-        beta = sig[C + Z:]
-        qkv = ext[mx.gather]                                   # (H, 2 d + e)
-        d = mx.kdims.shape[1]
-        qk = qkv[:, :2 * d].reshape(H, 2, d)
-        qk = qk / np.sqrt((qk * qk).sum(-1, keepdims=True) + F32(1e-6))
-        q = qk[:, 0] / F32(self.dk ** 0.5)
-        k = qk[:, 1]
-        v = qkv[:, 2 * d:]
-        if mx.decay is None:
-            g = np.exp(mx.neg_A * _softplus(p[C + Z + H:] + mx.dt_bias))
-            if not (g == 1).all():                             # an open gate: S * 1 is S
-                S *= g[:, None, None]
-        elif not mx.gate_open:
-            S *= mx.decay
-        hk, jk = _one_per_head(k)
-        if hk is None:
-            kv = np.matmul(k[:, None, :], S)[:, 0]             # S^T k
-            delta = (v - kv) * beta[:, None]
-            S += k[:, :, None] * delta[:, None, :]
-        else:                                                  # one-hot keys: one row per head
-            kv = np.zeros(v.shape, dtype=F32)
-            kv[hk] = k[hk, jk, None] * S[hk, jk]
-            delta = (v - kv) * beta[:, None]
-            S[hk, jk] += k[hk, jk, None] * delta[hk]
-        if len(mx.out_sel) == 0:
-            return
-        oh = mx.out_heads
-        hq, jq = _one_per_head(q[oh])
-        if hq is None:
-            o = np.matmul(q[oh, None, :], S[oh])[:, 0]         # S^T q, (H_out, e)
-        else:
-            o = np.zeros((len(oh), S.shape[2]), dtype=F32)
-            o[hq] = q[oh[hq], jq, None] * S[oh[hq], jq]
-        o = o / np.sqrt((o * o).sum(-1, keepdims=True) / F32(self.dv) + self.eps)   # mean over all dv dims
-        o = (mx.gnorm_w * o) * ext[mx.z_gather]
-        x[mx.out_rows] += mx.w_out @ o.reshape(-1)[mx.out_sel]
+        H = len(mx.heads)
+        res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
+                           mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
+                           mx.dt_bias, mx.decay if mx.decay is not None else mx.neg_A, mx.gate_open,
+                           mx.out_heads, mx.z_gather, mx.gnorm_w, mx.out_sel, float(self.dv), self.eps)
+        if len(mx.out_sel):
+            x[mx.out_rows] += mx.w_out @ res
 
     def _mlp(self, m: _MLP, x):
         gu = m.w_gu @ self._norm(x, m.cols, m.norm_w)
-        x[m.rows] += m.w_down @ (_silu(gu[:m.N]) * gu[m.N:])
+        x[m.rows] += m.w_down @ K.swiglu(gu, m.N)
 
     def _forward(self, state: FastState, token_id: int) -> np.ndarray:
         """One token through every compiled layer (recurrent path); returns the logits (V,)."""

@@ -1,0 +1,140 @@
+"""The fast executor's inner loops (gpu_layers/craft/fast.py), compiled by numba: a token through
+a compacted layer is a few hundred small array operations, and in numpy each costs a call (about
+200 per token at the machine core's width, most of the time); here each block is one call.
+
+Arithmetic is float32 like the stock path, except that sums (norms, projections) accumulate in
+float64 and are rounded once: closer to the exact sums than any fp32 summation order, which is all
+the executor's exactness argument needs (fast.py's docstring). A term whose factor is an exact
+zero is skipped, which is exact (0 * finite = 0, x + 0 = x).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+F32 = np.float32
+
+
+@_jit
+def norm_cols(x, cols, w, width, eps):
+    """Zero-centred RMSNorm over the whole residual x, evaluated at `cols`: x[cols] * r * w."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.float64(x[i]) * x[i]
+    r = F32(1.0) / np.sqrt(F32(s / width) + eps)
+    out = np.empty(cols.shape[0], dtype=np.float32)
+    for i in range(cols.shape[0]):
+        out[i] = (x[cols[i]] * r) * w[i]
+    return out
+
+
+@_jit
+def csc_mv(colptr, rows, vals, n, x):
+    """y = M x for M kept column by column (colptr, rows, vals; n rows): only the columns where
+    x is nonzero are visited."""
+    acc = np.zeros(n, dtype=np.float64)
+    for j in range(x.shape[0]):
+        xj = np.float64(x[j])
+        if xj != 0.0:
+            for k in range(colptr[j], colptr[j + 1]):
+                acc[rows[k]] += vals[k] * xj
+    return acc.astype(np.float32)
+
+
+@_jit
+def swiglu(gu, n):
+    """silu(gate) * up for gu = [gate rows, up rows]."""
+    out = np.empty(n, dtype=np.float32)
+    for i in range(n):
+        g = gu[i]
+        out[i] = (g * (F32(1.0) / (F32(1.0) + np.exp(-g)))) * gu[n + i]
+    return out
+
+
+@_jit
+def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_A, dt_bias, decay,
+               gate_open, out_heads, z_gather, gnorm_w, out_sel, dv, eps):
+    """One token of a compacted Gated DeltaNet mixer after in_proj (p = [qkv channels, z entries,
+    b, a]): the causal conv over the window `conv` (taps `conv_w`, oldest first; updated), SiLU,
+    q/k L2 norms, beta, the gate (per token from the a rows when g_rows, else the constant
+    `decay`, skipped when it is exactly 1), the delta rule on the kept state S (updated), the
+    read-out of the out heads, their gated RMSNorm; returns the out_proj inputs (out_sel)."""
+    K1 = conv_w.shape[0]
+    for c in range(C):                                  # the causal conv, oldest tap first
+        acc = F32(0.0)
+        for k in range(K1 - 1):
+            acc += conv[k, c] * conv_w[k, c]
+        acc += p[c] * conv_w[K1 - 1, c]
+        for k in range(K1 - 2):
+            conv[k, c] = conv[k + 1, c]
+        if K1 > 1:
+            conv[K1 - 2, c] = p[c]
+        p[c] = acc
+    ext[0] = F32(0.0)
+    for i in range(C + Z):                              # [0, silu(conv out), silu(z)]
+        ext[1 + i] = p[i] * (F32(1.0) / (F32(1.0) + np.exp(-p[i])))
+    e = gather.shape[1] - 2 * d
+    q = np.empty(d, dtype=np.float32)
+    k = np.empty(d, dtype=np.float32)
+    v = np.empty(e, dtype=np.float32)
+    kv = np.empty(e, dtype=np.float32)
+    out = np.zeros((out_heads.shape[0], e), dtype=np.float32)
+    slot = np.full(H, -1)
+    for b in range(out_heads.shape[0]):
+        slot[out_heads[b]] = b
+    for h in range(H):
+        sq, sk = 0.0, 0.0
+        for j in range(d):
+            q[j] = ext[gather[h, j]]
+            k[j] = ext[gather[h, d + j]]
+            sq += np.float64(q[j]) * q[j]
+            sk += np.float64(k[j]) * k[j]
+        nq = np.sqrt(F32(sq) + F32(1e-6))
+        nk = np.sqrt(F32(sk) + F32(1e-6))
+        for j in range(d):
+            q[j] = (q[j] / nq) / qscale
+            k[j] = k[j] / nk
+        for j in range(e):
+            v[j] = ext[gather[h, 2 * d + j]]
+        beta = F32(1.0) / (F32(1.0) + np.exp(-p[C + Z + h]))
+        if g_rows:
+            x = p[C + Z + H + h] + dt_bias[h]
+            sp = x if x > F32(20.0) else np.log1p(np.exp(min(x, F32(20.0))))
+            g = np.exp(neg_A[h] * sp)
+        else:
+            g = decay[h]
+        if not (gate_open or g == F32(1.0)):
+            for j in range(d):
+                for c in range(e):
+                    S[h, j, c] *= g
+        for c in range(e):
+            kv[c] = 0.0
+        for j in range(d):                              # S^T k (one-hot keys: one row)
+            if k[j] != 0.0:
+                for c in range(e):
+                    kv[c] += k[j] * S[h, j, c]
+        for c in range(e):
+            kv[c] = (v[c] - kv[c]) * beta
+        for j in range(d):
+            if k[j] != 0.0:
+                for c in range(e):
+                    S[h, j, c] += k[j] * kv[c]
+        b = slot[h]
+        if b < 0:
+            continue
+        so = 0.0
+        for j in range(d):                              # S^T q
+            if q[j] != 0.0:
+                for c in range(e):
+                    out[b, c] += q[j] * S[h, j, c]
+        for c in range(e):
+            so += np.float64(out[b, c]) * out[b, c]
+        r = F32(1.0) / np.sqrt(F32(so / dv) + eps)      # mean over all dv dims
+        for c in range(e):
+            out[b, c] = (gnorm_w[b, c] * (out[b, c] * r)) * ext[z_gather[b, c]]
+    flat = out.reshape(-1)
+    res = np.empty(out_sel.shape[0], dtype=np.float32)
+    for i in range(out_sel.shape[0]):
+        res[i] = flat[out_sel[i]]
+    return res
