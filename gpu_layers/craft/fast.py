@@ -91,13 +91,13 @@ class _Mixer:
     C: int                     # live conv channels
     Z: int                     # live z entries
     conv_w: np.ndarray         # (K, C) taps of the live channels (oldest first); (1, C) if last tap only
-    last_tap_only: bool
     gather: np.ndarray         # (H, 2 d + e) index into [0, conv out...]: 0 = constant zero
     neg_A: np.ndarray          # (H,) -exp(A_log)
     dt_bias: np.ndarray        # (H,)
     decay: np.ndarray | None   # (H,) exp(g) when in_proj_a's live rows are all 0 (g constant)
     gate_open: bool            # that constant decay is exactly 1.0: S *= 1 is skipped
     out_heads: np.ndarray      # positions (in heads) of heads whose output reaches out_proj
+    out_slot: np.ndarray       # (H,) each head's index in out_heads, -1 if it has none
     z_gather: np.ndarray       # (len(out_heads), e) index into ext's z part (0 = constant zero)
     gnorm_w: np.ndarray        # (len(out_heads), e) linear_attn.norm.weight at the kept value dims
     out_sel: np.ndarray        # flat indices into (len(out_heads) * e) of the used out_proj columns
@@ -344,6 +344,8 @@ class FastMachine:
         if not (a_w != 0).any():       # a == 0 exactly on every token: g is a compile-time constant
             decay = np.exp(neg_A * _softplus(np.zeros_like(dt_bias) + dt_bias))
             a_w = a_w[:0]
+        out_slot = np.full(len(heads), -1, dtype=np.int64)
+        out_slot[out_heads] = np.arange(len(out_heads))
         used = np.array(used, dtype=np.int64)
         rows = np.concatenate([qkv[used], zw[z_rows], b_w, a_w], 0)
         cols = np.flatnonzero((rows != 0).any(0))
@@ -352,10 +354,11 @@ class FastMachine:
         return _Mixer(heads=heads, kdims=kdims, vdims=vdims, cols=cols,
                       norm_w=(F32(1.0) + t["input_layernorm.weight"])[cols],
                       w_in=_Sparse(rows[:, cols]), C=len(used), Z=len(z_rows),
-                      conv_w=np.ascontiguousarray(cw[-1:] if last_only else cw), last_tap_only=last_only,
+                      conv_w=np.ascontiguousarray(cw[-1:] if last_only else cw),
                       gather=gather, neg_A=neg_A, dt_bias=dt_bias, decay=decay,
                       gate_open=decay is not None and bool((decay == 1.0).all()),
-                      out_heads=np.array(out_heads, dtype=np.int64), z_gather=z_gather, gnorm_w=gnorm_w,
+                      out_heads=np.array(out_heads, dtype=np.int64), out_slot=out_slot,
+                      z_gather=z_gather, gnorm_w=gnorm_w,
                       out_sel=np.array(out_sel, dtype=np.int64),
                       w_out=_Sparse(ow[np.ix_(out_rows, out_src)]), out_rows=out_rows,
                       ext_size=1 + len(used) + len(z_rows))
@@ -392,7 +395,7 @@ class FastMachine:
         res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
                            mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
                            mx.dt_bias, mx.decay if mx.decay is not None else mx.neg_A, mx.gate_open,
-                           mx.out_heads, mx.z_gather, mx.gnorm_w, mx.out_sel, float(self.dv), self.eps)
+                           mx.out_slot, mx.z_gather, mx.gnorm_w, mx.out_sel, float(self.dv), self.eps)
         if len(mx.out_sel):
             x[mx.out_rows] += mx.w_out @ res
 

@@ -54,12 +54,13 @@ def swiglu(gu, n):
 
 @_jit
 def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_A, dt_bias, decay,
-               gate_open, out_heads, z_gather, gnorm_w, out_sel, dv, eps):
+               gate_open, out_slot, z_gather, gnorm_w, out_sel, dv, eps):
     """One token of a compacted Gated DeltaNet mixer after in_proj (p = [qkv channels, z entries,
     b, a]): the causal conv over the window `conv` (taps `conv_w`, oldest first; updated), SiLU,
     q/k L2 norms, beta, the gate (per token from the a rows when g_rows, else the constant
     `decay`, skipped when it is exactly 1), the delta rule on the kept state S (updated), the
-    read-out of the out heads, their gated RMSNorm; returns the out_proj inputs (out_sel)."""
+    read-out of the out heads (out_slot: a head's row of the output, -1 for none), their
+    gated RMSNorm; returns the out_proj inputs (out_sel)."""
     K1 = conv_w.shape[0]
     for c in range(C):                                  # the causal conv, oldest tap first
         acc = F32(0.0)
@@ -79,10 +80,7 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
     k = np.empty(d, dtype=np.float32)
     v = np.empty(e, dtype=np.float32)
     kv = np.empty(e, dtype=np.float32)
-    out = np.zeros((out_heads.shape[0], e), dtype=np.float32)
-    slot = np.full(H, -1)
-    for b in range(out_heads.shape[0]):
-        slot[out_heads[b]] = b
+    out = np.zeros((z_gather.shape[0], e), dtype=np.float32)     # one row per out head
     for h in range(H):
         sq, sk = 0.0, 0.0
         for j in range(d):
@@ -120,7 +118,7 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
             if k[j] != 0.0:
                 for c in range(e):
                     S[h, j, c] += k[j] * kv[c]
-        b = slot[h]
+        b = out_slot[h]
         if b < 0:
             continue
         so = 0.0

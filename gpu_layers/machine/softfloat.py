@@ -251,6 +251,11 @@ def _is_nan(B, mag, F=F32):
     return B.setp("gt", f"u{F.w}", mag, F.inf)
 
 
+def _nan_bits(B, x, F):
+    """Whether the pattern x (not yet masked to |x|) is a NaN."""
+    return _is_nan(B, B.and_(F.w, x, F.mag), F)
+
+
 # ----------------------------------------------------------------------- routine words
 
 
@@ -519,8 +524,8 @@ def _nan_value(B, f, F, ops):
         return
     v, anyn = F.nan, False
     for x in reversed(ops):
-        n = _is_nan(B, B.and_(64, x, F.mag), F)
-        v = B.sel(64, B.or_(64, x, F.quiet), v, n)
+        n = _nan_bits(B, x, F)
+        v = B.sel(64, _nan_of(B, x, F), v, n)
         anyn = B.por(anyn, n)
     B.emit(f"or.pred {f.pnan}, {f.pnan}, {anyn}")
     B.emit(f"mov.b64 {f.pv}, {v}")
@@ -799,7 +804,7 @@ def x_fbin(em, ins):
         if ins.opcode == "sub":       # f64: a NaN b passes through unnegated (DADD's rule)
             c = B.xor(F.w, b, F.sign)
             if F is F64:
-                c = B.sel(64, b, c, _is_nan(B, B.and_(64, b, F.mag), F))
+                c = B.sel(64, b, c, _nan_bits(B, b, F))
         out = _call(em, "add", a, None, c, mode, F)
     _write(em, ins, out, B.taint([a, b], F.w), F.w, F.w)
 
@@ -884,7 +889,7 @@ def _key(B, x, F=F32):
 def x_fminmax(em, ins):
     """min/max.f32 and .f64: the non-NaN operand when one is NaN; when both are, f32's canonical
     NaN or b's f64 NaN quieted; -0 < +0."""
-    F = FORMATS[ins.types[-1]]
+    F = _fmt(ins)
     w = F.w
     B = _B(em)
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
@@ -894,7 +899,7 @@ def x_fminmax(em, ins):
         return B.sel(w, B.xor(w, x, _M[w]), B.or_(w, x, F.sign), neg)
 
     ka, kb = order(a), order(b)
-    na, nb = _is_nan(B, B.and_(w, a, F.mag), F), _is_nan(B, B.and_(w, b, F.mag), F)
+    na, nb = _nan_bits(B, a, F), _nan_bits(B, b, F)
     first = B.setp("le" if ins.opcode == "min" else "ge", f"u{w}", ka, kb)
     r = B.sel(w, a, b, first)
     r = B.sel(w, a, r, nb)
@@ -904,7 +909,7 @@ def x_fminmax(em, ins):
 
 def x_fsetp(em, ins):
     """setp.CMP[.BOOL].{f32,f64} p[|q], a, b[, c]: the comparison on ordered integer keys."""
-    F = FORMATS[ins.types[-1]]
+    F = _fmt(ins)
     B = _B(em)
     cmp = ins.modifiers[0]
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
