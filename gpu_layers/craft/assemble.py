@@ -468,26 +468,66 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
     }
 
 
-def vocabulary(c: Circuit, W: int):
+@dataclass
+class SparseRows:
+    """A (rows, W) float32 matrix kept as its nonzero entries, row by row (CSR): the machine
+    vocabulary's embedding and LM-head rows have a few dozen nonzeros of W, and at the core's
+    width the dense pair would be about 12 GB of fp32 at once (compile_fast's memory peak)."""
+
+    ptr: np.ndarray          # (rows + 1,) int64 row starts
+    idx: np.ndarray          # int32 column indices, increasing within a row
+    val: np.ndarray          # float32 values (no explicit zeros)
+    shape: tuple
+
+    @classmethod
+    def from_dense_chunks(cls, chunks, W: int) -> "SparseRows":
+        ptrs, idxs, vals, n = [np.zeros(1, dtype=np.int64)], [], [], 0
+        for M in chunks:
+            r, col = np.nonzero(M)
+            counts = np.bincount(r, minlength=M.shape[0])
+            ptrs.append(ptrs[-1][-1] + np.cumsum(counts))
+            idxs.append(col.astype(np.int32))
+            vals.append(np.ascontiguousarray(M[r, col], dtype=np.float32))
+            n += M.shape[0]
+        return cls(np.concatenate(ptrs), np.concatenate(idxs), np.concatenate(vals), (n, W))
+
+
+_VOCAB_CHUNK = 2048
+
+
+def vocabulary(c: Circuit, W: int, sparse: bool = False):
+    """(token names, embedding rows, LM-head rows): torch float32 matrices, or SparseRows with
+    sparse=True (the same float32 values: each row computed in float64 and rounded once)."""
     names = [n for n, _ in c.tokens] or ["<m:nop>"]
     toks = c.tokens or [("<m:nop>", {})]
-    # float32 rows, each computed in float64 and rounded once (as a float64 matrix cast at the end)
-    embed = np.zeros((len(toks), W), dtype=np.float32)
-    for i, (_, vals) in enumerate(toks):
-        v = dict(c.default_token_values)
-        v.update(vals)
-        if not c.tokens:
-            v = {f.name: 0 for f in c.inputs}
-        embed[i, :c.layout.width] = c.layout.encode(v)
-    unembed = np.zeros_like(embed)
     one = c.layout.one.start
-    for i, n in enumerate(names):
-        if n in c.logits:
-            unembed[i] = _row(c.logits[n], one, W)
-    return names, torch.from_numpy(embed), torch.from_numpy(unembed)
+
+    def embed_rows(a, b):
+        M = np.zeros((b - a, W), dtype=np.float32)
+        for i in range(a, b):
+            v = dict(c.default_token_values)
+            v.update(toks[i][1])
+            if not c.tokens:
+                v = {f.name: 0 for f in c.inputs}
+            M[i - a, :c.layout.width] = c.layout.encode(v)
+        return M
+
+    def unembed_rows(a, b):
+        M = np.zeros((b - a, W), dtype=np.float32)
+        for i in range(a, b):
+            if names[i] in c.logits:
+                M[i - a] = _row(c.logits[names[i]], one, W)
+        return M
+
+    n = len(toks)
+    if sparse:
+        spans = [(a, min(a + _VOCAB_CHUNK, n)) for a in range(0, n, _VOCAB_CHUNK)]
+        return (names, SparseRows.from_dense_chunks((embed_rows(a, b) for a, b in spans), W),
+                SparseRows.from_dense_chunks((unembed_rows(a, b) for a, b in spans), W))
+    return names, torch.from_numpy(embed_rows(0, n)), torch.from_numpy(unembed_rows(0, n))
 
 
-def _passes(c: Circuit, s: Shapes, check: bool = True):
+def _passes(c: Circuit, s: Shapes, check: bool = True, sparse_vocab: bool = False):
     """validate (unless check=False), schedule, norms, the vocabulary and the final norm: what
     compile_circuit and compile_fast share. Returns (plans, position, sumsq, W, names, embed,
     unembed, final); W includes the text flag dim, which no weight reads."""
@@ -498,7 +538,7 @@ def _passes(c: Circuit, s: Shapes, check: bool = True):
         plans = [LayerPlan()]
     sumsq = track_norms(c, len(plans))
     W = c.layout.width + 1
-    names, embed, unembed = vocabulary(c, W)
+    names, embed, unembed = vocabulary(c, W, sparse=sparse_vocab)
     final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
     return plans, position, sumsq, W, names, embed, unembed, final
 
@@ -519,9 +559,9 @@ def compile_fast(c: Circuit, config, check: bool = True):
     from .fast import FastMachine
 
     s = Shapes.of(config)
-    plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check)
+    plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check, sparse_vocab=True)
     layers = _layers(c, s, plans, sumsq, W, as_numpy=True)
-    return FastMachine.streamed(s.asdict(), W, layers, embed.numpy(), unembed.numpy(), final), names
+    return FastMachine.streamed(s.asdict(), W, layers, embed, unembed, final), names
 
 
 def compile_circuit(c: Circuit, config) -> Compiled:

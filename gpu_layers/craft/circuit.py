@@ -97,7 +97,10 @@ class MemoryPort:
 
     def data_bits(self, lane: int) -> list[tuple[Lin, Lin]]:
         """(bit, not-bit) Lins of the lane's data word, low bit first (fields concatenated); with a
-        blank Lin, both rails minus blank (0 or -1 on the rail that was 1 when blank is 1)."""
+        blank Lin, both rails minus 2 blank (-1 or -2 when blank is 1: both values' pre-activations
+        are <= -KEY_L, so both rails store an exact 0 even when the data rails come from memory
+        reads a little off 0 or 1; minus 1 left a rail that read 1 - 4e-7 at -4e-5, and the read's
+        per-head RMSNorm blows such a near-blank column up to a visible error)."""
         d = self.data[lane]
         out = []
         for f in (d if isinstance(d, list) else [d]):
@@ -107,7 +110,7 @@ class MemoryPort:
         if bl is not None:
             if any(f.enc == "bits" for f in (d if isinstance(d, list) else [d])):
                 raise CircuitError(f"memory {self.name}: a blank write needs dual or rail3 data (0/1 rails)")
-            out = [(a - bl, b - bl) for a, b in out]
+            out = [(a - 2.0 * bl, b - 2.0 * bl) for a, b in out]
         return out
 
     def input_dims(self) -> set[int]:

@@ -241,15 +241,30 @@ class FastMachine:
 
     def _head(self, embed, unembed, final_norm):
         # embedding and LM head as sparse rows (the machine vocabulary's rows have a few dozen
-        # nonzeros of W): a row's nonzero entries, in column order
-        E = _f32(embed)
-        self._finite("embed", E)
-        self.embed_ptr, self.embed_idx, self.embed_val = _csr(E)
-        del E
-        U = _f32(unembed)
-        self._finite("unembed", U)
+        # nonzeros of W): a row's nonzero entries, in column order. Either may come as dense
+        # matrices or already sparse (assemble.SparseRows: compile_fast never holds them dense)
         fn = _np(final_norm)
         self._finite("final_norm", fn)
+        if hasattr(embed, "ptr"):
+            self._finite("embed", embed.val)
+            self.embed_ptr, self.embed_idx, self.embed_val = embed.ptr, embed.idx, embed.val
+        else:
+            E = _f32(embed)
+            self._finite("embed", E)
+            self.embed_ptr, self.embed_idx, self.embed_val = _csr(E)
+            del E
+        if hasattr(unembed, "ptr"):
+            self._finite("unembed", unembed.val)
+            rows = np.flatnonzero(np.diff(unembed.ptr))
+            self.head_cols = np.unique(unembed.idx)
+            sub = np.zeros((len(rows), len(self.head_cols)), dtype=F32)
+            where = np.repeat(np.arange(len(rows)), np.diff(unembed.ptr)[rows])    # each entry's row
+            sub[where, np.searchsorted(self.head_cols, unembed.idx)] = unembed.val
+            self.head = _Sparse(sub, rows, self.V)
+            self.final_w = (F32(1.0) + fn)[self.head_cols]
+            return
+        U = _f32(unembed)
+        self._finite("unembed", U)
         live_rows, live_cols = np.zeros(len(U), dtype=bool), np.zeros(U.shape[1], dtype=bool)
         for a in range(0, len(U), _CHUNK_ROWS):      # in chunks: the core's head is 4 GB of fp32
             nz = U[a:a + _CHUNK_ROWS] != 0

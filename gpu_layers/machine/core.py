@@ -59,7 +59,7 @@ from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, PRED_OPS, alu
 from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
-from gpu_layers.craft.fields import Lin, bits, dual, lsum, onehot
+from gpu_layers.craft.fields import Field, Lin, bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.machine import control as C
@@ -68,7 +68,10 @@ from gpu_layers.machine import memunit as MU
 from gpu_layers.machine import regfile as R
 from gpu_layers.machine.protocol import lane_masks
 
-LANES, GROUPS, THREADS = R.LANES, R.GROUPS, R.THREADS
+LANES = R.LANES
+GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
+THREADS = LANES * GROUPS
+GBITS = GROUPS.bit_length() - 1
 PCS = R.PCS
 KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt") + MU.KINDS
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
@@ -137,6 +140,20 @@ class _Word:
 
     def bit(self, i: int) -> Lin:
         return self._l[i]
+
+
+class _BankedRead:
+    """One lane's register read from banked copies (duck-types a rail3 Field's .bit / .present):
+    the sum of the banks' reads, of which at most one is enabled."""
+
+    def __init__(self, name: str, reads: list):
+        self.name, self.n, self._r = name, reads[0].n, reads
+
+    def bit(self, i: int) -> Lin:
+        return lsum(r.bit(i) for r in self._r)
+
+    def present(self, i: int) -> Lin:
+        return lsum(r.present(i) for r in self._r)
 
 
 class _OneHot:
@@ -382,8 +399,9 @@ def core_circuit() -> Circuit:
     f = C.control_layers(c, THREADS, KINDS)
     hot = dict(f.hot)
     hot["end"] = hot["halt"]
-    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi)
+    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS)
     G = f.G
+    assert G == GROUPS, (G, GROUPS)
 
     # ---- prompt inputs and the program's datapath fields ----------------------------------------
     po_in = c.input(bits("po_in", PO_BITS), default=0)
@@ -414,24 +432,28 @@ def core_circuit() -> Circuit:
     # ---- the executing group K' (the control unit's first candidate): read addresses, issued
     # lanes, the gated immediate and special registers ---------------------------------------------
     cand, act = f.cand, f.act
-    nk = c.new_field(bits("nk", 2))
+    nk = c.new_field(bits("nk", GBITS))
     has_next = c.new_field(dual("has_next", 1))
-    ra = {p: c.new_field(bits(f"ra_{p}", 7)) for p in "abq"}
+    ra = {p: c.new_field(bits(f"ra_{p}", 7)) for p in "abq"}          # 32 (K' mod 4) + slot
     iss = c.new_field(dual("iss", LANES))
     imm_a = c.new_field(dual("imm_a", 64))
     imm_b = c.new_field(dual("imm_b", 64))
-    tidk = c.new_field(dual("tidk", 2))
+    tidk = c.new_field(dual("tidk", GBITS))
     cta = c.new_field(dual("cta", C.BBITS))
-    ren = {p: c.new_field(dual(f"re_{p}", 1)) for p in "abq"}       # read enables (exact-zero rails)
+    nrb = GROUPS // R.GROUPS                 # register-file banks: K' // 4 (a key head holds 128 slots)
+    # read enables (exact-zero rails), one per bank: the operand is a register and K' is in the bank
+    ren = {p: c.new_field(dual(f"re_{p}", nrb)) for p in "abq"}
     m = MLPBuilder(c, "execute_group")
     for p, flag in (("a", a_reg), ("b", b_reg), ("q", q_reg)):
-        m.threshold(ren[p], 0, flag - 0.5, 0.5)
-    for i in range(2):
+        for rb in range(nrb):
+            m.boolean(ren[p], rb, _first_terms(cand, G, [k for k in range(G) if k // R.GROUPS == rb], flag, 1.0))
+    for i in range(GBITS):
         ks = [k for k in range(G) if (k >> i) & 1]
         m.boolean(nk, i, _first_terms(cand, G, ks))
         m.boolean(tidk, i, _first_terms(cand, G, ks, 2.0 * a_tid, 2.0))
-        for p in "abq":
-            m.boolean(ra[p], 5 + i, _first_terms(cand, G, ks))
+        if i < 2:
+            for p in "abq":
+                m.boolean(ra[p], 5 + i, _first_terms(cand, G, ks))
     m.threshold(has_next, 0, lsum(cand.bit(k) for k in range(G)) + 4.0 * f.issue.present(0) - 4.5, 0.5)
     for p, base in (("a", 0), ("b", 5), ("q", None)):
         for i in range(5):
@@ -446,14 +468,18 @@ def core_circuit() -> Circuit:
         m.threshold(cta, i, ctaid.bit(i) + a_cta - 1.5, 0.5)
     m.build()
 
-    # ---- operand fetch: three read ports per lane on copies of the register file ---------------
-    def port(name, addr, wbits, data, re):
-        return B.memory(c, name, R.SLOTS, wbits, r.rf_addr, addr, data, we=r.rf_we, blank=r.rf_blank,
-                        reset=hot["blk"], lanes=LANES, re=re).outputs
+    # ---- operand fetch: three read ports per lane on copies of the register file; each copy in
+    # banks of 4 groups (a head per lane and bank), read together: only the addressed bank's read
+    # is enabled, and a disabled read is an exact zero, so the banks' reads add up ---------------
+    def port(name, addr, wbits, data, re: Field):
+        reads = [B.memory(c, f"{name}{rb}" if nrb > 1 else name, R.SLOTS, wbits, r.rf_addr, addr, data,
+                          we=r.rf_we_bank[rb], blank=r.rf_blank, reset=hot["blk"], lanes=LANES,
+                          re=re.bit(rb)).outputs for rb in range(nrb)]
+        return [_BankedRead(f"{name}{j}", [rd[j] for rd in reads]) for j in range(LANES)]
 
-    rfa = port("rfa", ra["a"], R.WBITS, r.rf_data, ren["a"].flag())
-    rfb = port("rfb", ra["b"], R.WBITS, r.rf_data, ren["b"].flag())
-    rfq = port("rfq", ra["q"], R.PAYLOAD, [d[0] for d in r.rf_data], ren["q"].flag())
+    rfa = port("rfa", ra["a"], R.WBITS, r.rf_data, ren["a"])
+    rfb = port("rfb", ra["b"], R.WBITS, r.rf_data, ren["b"])
+    rfq = port("rfq", ra["q"], R.PAYLOAD, [d[0] for d in r.rf_data], ren["q"])
 
     A, Bw, P = [], [], []
     for j in range(LANES):
@@ -462,7 +488,7 @@ def core_circuit() -> Circuit:
             t = rfa[j].bit(i) + imm_a.bit(i)
             if i < 2 and (j >> i) & 1:
                 t = t + a_tid
-            if 2 <= i < 4:
+            if 2 <= i < 2 + GBITS:
                 t = t + tidk.bit(i - 2)
             if i < C.BBITS:
                 t = t + cta.bit(i)

@@ -11,6 +11,13 @@ as the interpreter's undefined value does:
 
 state: the transformers cache, a model output carrying it, or the fast executor's FastState.
 
+The machine core (gpu_layers.machine.core) holds a whole 32-thread warp: operand port a's copy
+of the register file is two banks of heads per lane (bank K // 4, row 32 (K mod 4) + R), and
+`core_registers` reads them from the core's state at any position of a run (after a `<wi>`,
+every issue before it has committed):
+
+    regs = core_registers(state, slots)                     # slots: {machine register: slot}
+
 The v0 register file (gpu_layers.machine.rf_circuit) is a write-only DeltaNet memory: per lane J a
 value head whose state row 16 K + R holds register R of thread 4 K + J, dual rail (gpu_layers.craft.
 state). Nothing in the model reads it yet; this module is how a host (or a test) sees it:
@@ -120,3 +127,71 @@ def registers_at(model, machine, ids: list[int], positions, path: str = "prefill
     else:
         raise ValueError(f"unknown path {path!r} (prefill or decode)")
     return out
+
+
+def core_placements():
+    """Where the machine core's memory ports live (layer, value heads) for Qwen3.5-2B's shapes:
+    the scheduler's placement, the same one the compiled core has (scheduling is deterministic).
+    Computed once per process (a few seconds)."""
+    global _CORE_PLACES
+    if _CORE_PLACES is None:
+        from types import SimpleNamespace
+
+        from gpu_layers.craft.assemble import Compiled, Shapes, schedule
+        from gpu_layers.craft.testing import TINY
+        from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
+        from gpu_layers.machine.core import core_circuit
+
+        s = Shapes.of({k: REAL_2B_TEXT_CONFIG[k] for k in TINY})
+        plans, _ = schedule(core_circuit(), s)
+        _CORE_PLACES = SimpleNamespace(plans=plans, shapes=s, port=lambda name: Compiled.port(_CORE_PLACES, name))
+    return _CORE_PLACES
+
+
+_CORE_PLACES = None
+
+
+def core_registers(source, slots: dict, strict: bool = True, port: str = "rfa") -> dict:
+    """{(thread, machine register): value or None} for the 32 threads of the core's register
+    file (None: never written, or poison), read from port `port`'s copy (rfa, rfb or rfq: every
+    copy is written by the same commits) in `source` (the fast executor's FastState, or a
+    transformers cache of a stock model of the core). slots: {machine register name: slot}
+    (the register file program's, gpu_layers.machine.regfile.program_of(kernel).slots)."""
+    from gpu_layers.machine.core import GROUPS
+    from gpu_layers.machine.regfile import GROUPS as BANK_GROUPS
+    from gpu_layers.machine.regfile import LANES, REGS
+
+    places = core_placements()
+    banks = []
+    for b in range(GROUPS // BANK_GROUPS):
+        place = places.port(f"{port}{b}")
+        banks.append(read_port_state(recurrent_state(source, place.layer), place, 0, strict))
+    out = {}
+    for k in range(GROUPS):
+        words = banks[k // BANK_GROUPS]
+        for j in range(LANES):
+            for n, r in slots.items():
+                out[(LANES * k + j, n)] = words[j][REGS * (k % BANK_GROUPS) + r]
+    return out
+
+
+def blank_rails(source, port: str = "rfa") -> tuple[int, float]:
+    """(slots that read as unwritten, the largest |rail| among them) over the core's register-
+    file banks of port `port`: an unwritten or poisoned slot must hold exact zeros (a near-zero
+    column would be blown up by the read's per-head RMSNorm)."""
+    import numpy as np
+
+    from gpu_layers.craft.state import _rails
+    from gpu_layers.machine.core import GROUPS
+    from gpu_layers.machine.regfile import GROUPS as BANK_GROUPS
+
+    places = core_placements()
+    n, worst = 0, 0.0
+    for b in range(GROUPS // BANK_GROUPS):
+        place = places.port(f"{port}{b}")
+        r = _rails(recurrent_state(source, place.layer), place, 0, place.port.slots)
+        blank = (np.abs(r) < 1.0).all(axis=(-1, -2))              # every rail of the slot near 0
+        n += int(blank.sum())
+        if blank.any():
+            worst = max(worst, float(np.abs(r[blank]).max()))
+    return n, worst

@@ -310,15 +310,22 @@ def d_inputs(j: int, ch: int, x: int) -> dict:
                 **{f"b0_{jj}": x & 1 for jj in range(LANES)})
 
 
-def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
+def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) -> SimpleNamespace:
     """The write-back commit's layers in circuit `c` (`hot`: {kind: 0/1 Lin} for the kinds pa, pd,
-    blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs). Returns the
-    register file's write port (rf_addr, rf_data per lane, rf_we, rf_blank) for the caller's
-    register-file memories, and the group registers."""
+    blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs) for a warp of
+    `groups` lane groups (4: 16 threads, 8: a whole 32-thread warp). Returns the register file's
+    write port for the caller's register-file memories: the address inside a bank (rf_addr,
+    32 (K mod 4) + R), the bank (rf_bank: K // 4, None for 4 groups: a key head holds 128 slots,
+    so 8 groups take two heads per lane), rf_data per lane, per-bank write enables rf_we_bank[b]
+    (rf_we = rf_we_bank[0] for one bank) and blank flags; and the group registers."""
+    if groups not in (4, 8):
+        raise RegfileError(f"{groups} lane groups: the register file runs 4 (16 threads) or 8 (32)")
     banks = PCS // BANK
+    gb = groups.bit_length() - 1                          # bits of a group index
+    nrb = groups // GROUPS                                # register-file banks (heads per lane)
     preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
     pwf = c.input(bits("pwf", 1), default=0)              # <pd R bW>: 1 (writes a register)
-    gk = c.input(bits("gk", 2), default=0)                # <g K ..>: K
+    gk = c.input(bits("gk", gb), default=0)               # <g K ..>: K
     ge = c.input(bits("ge", LANES), default=0)            # <g>: executed lanes
     gu = c.input(bits("gu", LANES), default=0)            # <g>: undefined lanes
     gsf = c.input(bits("gsf", 1), default=0)              # <g>: S
@@ -331,45 +338,50 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
     x10 = c.input(bits("x10", 1), default=0)              # <d>: X bit 10
     is_g, commit_kind = hot["g"], hot["wi"] + hot["end"]
 
+    def is_k(f, k):                                       # [field f == k] as (sum, count)
+        return lsum(f.bit(i) if (k >> i) & 1 else 1.0 - f.bit(i) for i in range(gb)), gb
+
     # ---- L0 mixer: inputs from the embedding only ----------------------------------------------
     addr_lo = B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
     addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
-    curg = B.memory(c, "curg", 1, 3, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
+    curg = B.memory(c, "curg", 1, gb + 1, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
     seen = []
-    for k in range(GROUPS - 1):
-        sel = lsum(gk.bit(i) if (k >> i) & 1 else 1.0 - gk.bit(i) for i in range(2))
-        seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - 2.0,
+    for k in range(groups - 1):
+        sel, n = is_k(gk, k)
+        seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - float(n),
                              reset=hot["wi"] + hot["blk"]).outputs[0])
     cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
     cinst_hi = B.memory(c, "cinst_hi", 1, 2, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
 
     # ---- L0 MLP: current and pending group ---------------------------------------------------
-    ck = c.new_field(bits("ck", 2))       # the current group's K (chunk heads' write slot)
+    ck = c.new_field(bits("ck", gb))      # the current group's K (chunk heads' write slot)
     cs = c.new_field(dual("cs", 1))       # the current group's S
-    pk = c.new_field(bits("pk", 2))       # the pending group's K (the commit's read slot)
+    pk = c.new_field(bits("pk", gb))      # the pending group's K (the commit's read slot)
     pen = c.new_field(dual("pen", 1))     # a group is pending at this token
-    sp = [seen[k].present(0) for k in range(GROUPS - 1)]
-    g0, g1 = gk.bit(0), gk.bit(1)
+    sp = [seen[k].present(0) for k in range(groups - 1)]
     m0 = MLPBuilder(c, "ctl")
-    for i in range(2):
+    for i in range(gb):
         m0.threshold(ck, i, curg.bit(i) - 0.5, 0.5)
-    m0.threshold(cs, 0, curg.bit(2) - 0.5, 0.5)
+    m0.threshold(cs, 0, curg.bit(gb) - 0.5, 0.5)
     # at <g K>: the largest k < K seen in this issue (seen_K itself is this token's write; groups
-    # come in increasing K, so every other seen k is < K); at <wi>/<end>: the last group
-    m0.boolean(pk, 1, [(sp[2] + g0 + g1 + 2.0 * is_g - 4.5, 0.5, 1.0),
-                       (curg.bit(1) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
-    m0.boolean(pk, 0, [(sp[1] + g1 + 2.0 * is_g - 3.5, 0.5, 1.0),
-                       (sp[1] + g1 + sp[2] + g0 + 2.0 * is_g - 5.5, 0.5, -1.0),
-                       (curg.bit(0) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
-    # pending at <g K>: some k < K seen, i.e. seen0 + seen1 + seen2 + [K = 3] >= 2 (the K-th is
-    # this token's own; [K = 3] = g0 + g1 - 1 where it matters); at <wi>/<end>: a group since <blk>
-    m0.boolean(pen, 0, [(sp[0] + sp[1] + sp[2] + g0 + g1 + 2.0 * is_g - 4.5, 0.5, 1.0),
-                        (commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
+    # come in increasing K, so every other seen k is < K): one exclusive step per (K, k), "K is
+    # this token's group, k was seen, nothing between them was"; at <wi>/<end>: the last group
+    pairs = {}
+    for K in range(1, groups):
+        sel, n = is_k(gk, K)
+        for k in range(K):
+            t = 2.0 * is_g + sel + sp[k] - lsum(sp[kk] for kk in range(k + 1, K)) - (2.0 + n + 1.0) + 0.5
+            pairs[(K, k)] = (t, 0.5, 1.0)
+    for i in range(gb):
+        m0.boolean(pk, i, [v for (K, k), v in pairs.items() if (k >> i) & 1]
+                   + [(curg.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
+    # pending at <g K>: some k < K seen; at <wi>/<end>: a group since <blk>
+    m0.boolean(pen, 0, list(pairs.values()) + [(commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
     m0.build()
 
     # ---- L1 mixer: group state (slot K) ------------------------------------------------------
-    gs_lo = B.memory(c, "gs_lo", GROUPS, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
-    gs_x = B.memory(c, "gs_x", GROUPS, 2 + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
+    gs_lo = B.memory(c, "gs_lo", groups, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
+    gs_x = B.memory(c, "gs_x", groups, 2 + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
                     reset=hot["blk"]).outputs[0]
 
     # ---- L1/L2 mixers: chunk heads (lane J, chunk C), slot K ---------------------------------
@@ -385,7 +397,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
                 data = [xb0, xm8]
             col = lsum(dsel.hot(CHUNKS * jj + ch) for jj in range(LANES))     # <d * C *>
             we = dsel.hot(CHUNKS * j + ch) + col + cur_s + 2.0 * is_g - 1.0
-            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", GROUPS, chunk_bits(ch), ck, pk, [data],
+            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch), ck, pk, [data],
                                      we=we).outputs[0]
 
     # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
@@ -395,9 +407,11 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
         prog.append(B.memory(c, f"prog{b}", BANK, 6, addr_lo, gs_lo, [[preg, pwf]],
                              we=hot["pd"] + sel - 2.0).outputs[0])
 
-    # ---- L2 MLP: the commit: address 32 pk + R, per-lane write enables and blank flags -------
+    # ---- L2 MLP: the commit: address 32 (pk mod 4) + R and the bank pk // 4, per-lane write
+    # enables (per bank) and blank flags --------------------------------------------------------
     rf_addr = c.new_field(bits("rf_addr", 7))
-    rf_we = c.new_field(dual("rf_we", LANES))
+    rf_bank = c.new_field(bits("rf_bank", gb - 2)) if nrb > 1 else None
+    rf_we = [c.new_field(dual(f"rf_we{b}" if nrb > 1 else "rf_we", LANES)) for b in range(nrb)]
     rf_blank = c.new_field(dual("rf_blank", LANES))
     match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(2)) for b in range(banks)]
     mc = MLPBuilder(c, "commit")
@@ -405,14 +419,20 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi) -> SimpleNamespace:
         mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - 2.5, 0.5, 1.0) for b in range(banks)])
     for i in range(2):
         mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
+    for i in range(gb - 2):
+        mc.threshold(rf_bank, i, pk.bit(2 + i) - 0.5, 0.5)
+    for rb in range(nrb):
+        bsel = lsum(pk.bit(2 + i) if (rb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
+        for j in range(LANES):
+            mc.boolean(rf_we[rb], j, [(pen.bit(0) + gs_x.bit(2 + j) + match[b] + prog[b].bit(5) + bsel
+                                       - 4.5 - (gb - 2), 0.5, 1.0) for b in range(banks)])
     for j in range(LANES):
-        mc.boolean(rf_we, j, [(pen.bit(0) + gs_x.bit(2 + j) + match[b] + prog[b].bit(5) - 4.5, 0.5, 1.0)
-                              for b in range(banks)])
         mc.threshold(rf_blank, j, gs_x.bit(2 + LANES + j) - 0.5, 0.5)
     mc.build()
 
-    return SimpleNamespace(rf_addr=rf_addr, rf_data=[chunks[j] for j in range(LANES)],
-                           rf_we=[rf_we.bit(j) for j in range(LANES)],
+    we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]
+    return SimpleNamespace(rf_addr=rf_addr, rf_bank=rf_bank, rf_data=[chunks[j] for j in range(LANES)],
+                           rf_we=we_bank[0], rf_we_bank=we_bank,
                            rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
                            cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel, addr_lo=addr_lo,
                            addr_hi=addr_hi)
