@@ -62,10 +62,12 @@ def test_every_lowerable_case_computes_what_the_interpreter_writes():
         ops_seen |= {k.split(".")[0] for k in st.by_op}
         unsupported += datapath_problems(ak, register_slots(ak), case.grid, case.block, _args(case))
         checked.append(case.name)
-    # crowded: kernels calling a float routine (f64's wide words are register pairs), whose pools
-    # peak apart (at most 20 registers are live at once in any of them; one shared pool would fit)
-    assert refused == MULTI_DIM and len(crowded) <= 8, crowded
-    assert len(checked) >= 105
+    # crowded: kernels calling a float routine whose pools peak apart get a joint allocation
+    # (regalloc: registers of different widths share slots); its slots are what this check runs
+    # on (a slot shared across widths keeps another register's value in lanes a write skips), and
+    # only f64_reduce and shfl_xor_allreduce still need more than 32
+    assert refused == MULTI_DIM and crowded == {"f64_reduce", "shfl_xor_allreduce"}, crowded
+    assert len(checked) >= 112
     # the only register-writing form the ALU does not compute: local_sort's packing mov
     assert len(unsupported) == 1 and "mov.b64" in unsupported[0] and "vector mov" in unsupported[0]
     assert {"add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "shr_s", "min_s", "min_u",
@@ -287,7 +289,8 @@ def test_laneid_is_the_thread_index_in_one_warp_only():
 def test_registers_outside_the_32_slots_and_unlowered_code_are_refused():
     raw = parse_ptx(kernel_ptx("\tmov.u32 \t%r100, %tid.x;\n\tret;\n")).kernel()
     with pytest.raises(DatapathError, match=r"line \d+: `mov.u32 %r100, %tid.x`: register %r100 is in slot \d+"):
-        datapath_program(raw, register_slots(raw), 1, 8, [np.zeros(1, np.int32)])
+        datapath_program(raw, {n: 32 + i for i, n in enumerate(register_slots(raw))}, 1, 8,
+                         [np.zeros(1, np.int32)])
     with pytest.raises(DatapathError, match="register %r100 has no register-file slot"):
         datapath_program(raw, {}, 1, 8, [np.zeros(1, np.int32)])
     mul = parse_ptx(kernel_ptx("\tmov.u32 \t%r1, %tid.x;\n\tmul.lo.s32 \t%r2, %r1, %r1;\n\tret;\n")).kernel()

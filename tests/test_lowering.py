@@ -11,7 +11,7 @@ from gpu_layers.interp import Scalar, launch, module_for
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import lower, machine_problems
 from gpu_layers.machine.lower import _expansion, _is_machine_form
-from gpu_layers.ptx.ir import Instruction
+from gpu_layers.ptx.ir import FImm, Imm, Instruction
 from gpu_layers.ptx.parser import parse_ptx, split_opcode
 from gpu_layers.ptx.validator import SUPPORTED
 from gpu_layers.suite import load_suite
@@ -216,3 +216,38 @@ def test_register_pressure_counts_live_values_not_declarations():
     p = pressure(parse_ptx(kernel_ptx(OUT + body + "\tret;\n")).kernel())
     # the most at once: %rd9 (64 bits) with %r100, %r1 and %r2, not the 320 declared registers
     assert p.declared == 320 and p.max_regs == 4 and p.max_bits == 64 + 3 * 32
+
+
+def test_a_selp_of_two_constants_lowers_to_a_move_and_a_selp():
+    """The datapath has one immediate per instruction: selp of two different constants (an f64
+    pair in f32_promote_f64) becomes a move of the first into a temporary, then the selp; the
+    guard stays on the selp. Bit for bit on the interpreter."""
+    import numpy as np
+
+    from gpu_layers.interp import launch
+    from gpu_layers.interp.snippets import kernel_ptx
+    from gpu_layers.ptx.parser import parse_ptx
+
+    body = """\tmov.u32 \t%r1, %tid.x;
+\tsetp.lt.u32 \t%p1, %r1, 2;
+\tsetp.lt.u32 \t%p2, %r1, 3;
+\tselp.f64 \t%fd1, 0dBFD3333333333333, 0d3E112E0BE826D695, %p1;
+\tmov.u32 \t%r2, 1;
+\t@%p2 selp.b32 \t%r2, 7, -9, %p1;
+\tld.param.u64 \t%rd1, [out];
+\tcvta.to.global.u64 \t%rd1, %rd1;
+\tmul.wide.u32 \t%rd2, %r1, 16;
+\tadd.s64 \t%rd3, %rd1, %rd2;
+\tst.global.f64 \t[%rd3], %fd1;
+\tst.global.u32 \t[%rd3+8], %r2;
+\tret;
+"""
+    k = parse_ptx(kernel_ptx(body, decls="\t.reg .f64 \t%fd<4>;\n")).kernel()
+    mk = lower(k)
+    sel = [i for i in mk.instructions if i.opcode == "selp"]
+    assert all(not (isinstance(i.operands[1], (Imm, FImm)) and isinstance(i.operands[2], (Imm, FImm)))
+               for i in sel) and len(sel) == 2
+    assert str(sel[1].guard) == "@%p2"
+    out = np.zeros(16, np.uint32)
+    want = launch(k, 1, 4, [out]).buffers[0]
+    assert launch(mk, 1, 4, [out]).buffers[0].tobytes() == want.tobytes()

@@ -97,6 +97,13 @@ def test_refuses_what_it_lacks_by_name():
     c, mk, args = _case("crc32_bytes")
     with pytest.raises(MM.MemoryMapError, match="sub-word"):
         prompt_tokens(mk, c.grid, c.block, args, _outputs(c))
+    # a register-writing form the ALU does not compute is refused by name, never run wrongly
+    from gpu_layers.interp.snippets import kernel_ptx
+    from gpu_layers.ptx.parser import parse_ptx
+    k = parse_ptx(kernel_ptx("\tmov.u32 \t%r1, %tid.x;\n\tmov.b64 \t%rd1, {%r1, %r1};\n\tret;\n")).kernel()
+    mk, _ = allocate(lower(k))
+    with pytest.raises(CoreError, match=r"line \d+: `mov.b64 .*vector mov.*does not compute it"):
+        prompt_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(1, np.int32)], [0])
 
 
 # ---- compiled, through the fast executor (compile_fast: layer by layer) ---------------------------
@@ -184,6 +191,23 @@ def test_core_runs_a_whole_warp_and_its_state_holds_the_interpreters_registers(c
     assert step + 1 == len(snaps) and checked > 500 and blanks > 0 and threads == set(range(32))
     dec = MM.decode_dump(want, lay, {i: args[i] for i in _outputs(c)})
     ref = _reference(c)
+    for i in _outputs(c):
+        assert dec[i].tobytes() == ref.buffers[i].tobytes()
+
+
+def test_core_runs_a_program_past_512_machine_instructions(core):
+    """float_rounding_fns (soft-float rounding: 567 machine instructions, the routine past PC
+    512), one block of 4 threads: the model generates the trace and the dump; every program
+    memory reads its fifth bank; the outputs equal the original kernel's on the interpreter."""
+    fm, ids = core
+    c, mk, args = _case("float_rounding_fns")
+    grid, block = (1, 1, 1), (4, 1, 1)
+    prompt, want, lay, _ = launch_tokens(mk, grid, block, args, _outputs(c), c.dynamic_shared_bytes)
+    assert any(t.startswith("<wi ") and int(t.split()[2]) >= 512 for t in want)
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    dec = MM.decode_dump(got, lay, {i: args[i] for i in _outputs(c)})
+    ref = launch(module_for(c.ptx()).kernel(c.kernel), grid, block, launch_args(c), c.dynamic_shared_bytes)
     for i in _outputs(c):
         assert dec[i].tobytes() == ref.buffers[i].tobytes()
 

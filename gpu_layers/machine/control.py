@@ -217,10 +217,15 @@ def control_circuit(threads: int = 16) -> Circuit:
     return c
 
 
-def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleNamespace:
+def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MAX_PC) -> SimpleNamespace:
     """The control unit's layers in circuit `c` (`kinds`: the token kinds of the circuit's one
     `kind` input, a superset of KINDS); returns its fields (inputs, registers, the next step) for
-    the vocabulary and for a datapath built on top (gpu_layers.machine.core)."""
+    the vocabulary and for a datapath built on top (gpu_layers.machine.core). pcs: the program's
+    capacity in machine instructions (512 or 1024: banks of 128 control words)."""
+    if pcs not in (512, 1024):
+        raise ControlError(f"a program of {pcs} PCs: the control unit holds 512 or 1024")
+    pcb = pcs.bit_length()               # bits of P + 1 <= pcs
+    hib = pcb - 1 - BANK_BITS            # bits of a bank index P // 128
     if threads not in (4, 8, 16, 32, 64, 128, 256):
         raise ControlError("threads must be 4, 8, 16, 32, 64, 128 or 256")
     L = min(threads, 32)                  # lanes of a warp (one PC head each)
@@ -233,10 +238,10 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
     nt_in = c.input(bits("nt_in", TB), default=0)             # <nt T>: T
     nb_in = c.input(bits("nb_in", BBITS + 1), default=0)      # <nb N>: N
     pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi W P H>: P mod 128
-    pa_hi = c.input(bits("pa_hi", 2), default=0)              # ... P // 128
-    p1 = c.input(bits("p1", PCBITS), default=0)               # <wi W P H>: P + 1
+    pa_hi = c.input(bits("pa_hi", hib), default=0)              # ... P // 128
+    p1 = c.input(bits("p1", pcb), default=0)               # <wi W P H>: P + 1
     cw = c.input(bits("cw", 3), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar
-    tgt = c.input(bits("tgt", PCBITS), default=0)             # <pc bra T>: T
+    tgt = c.input(bits("tgt", pcb), default=0)             # <pc bra T>: T
     ph = c.input(bits("ph", 1), default=0)                    # <wi W P H> / <w W H>: H
     ww = c.input(bits("ww", WB), default=0)                   # <wi W P H> / <w W H>: W
     ww1 = c.input(bits("ww1", WB + 1), default=0)             # <wi W P H>: W + 1
@@ -244,11 +249,11 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
     gk1 = c.input(bits("gk1", 4), default=0)                  # <g K ..>: K + 1
     gwe = c.input(bits("gwe", L), default=0)                  # <g K L>: lanes issued (at 4K + j)
     gex = c.input(bits("gex", LANES), default=0)              # <g K L>: lanes executed
-    BIG = 4096.0
+    BIG = 8.0 * pcs                       # beyond every PC key (PC + 2 pcs below the cursor)
 
     # L0: prompt registers, block, phase and group registers (inputs from the embedding only)
     addr_lo = B.memory(c, "addr_lo", 1, BANK_BITS, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
-    addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
+    addr_hi = B.memory(c, "addr_hi", 1, hib, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
     nthr = B.memory(c, "nthreads", 1, TB, 0, 0, nt_in, we=hot["nt"]).outputs[0]
     nblocks = B.memory(c, "nblocks", 1, BBITS + 1, 0, 0, nb_in, we=hot["nb"]).outputs[0]
     blkreg = B.memory(c, "blkreg", 1, BBITS + 1, 0, 0, nb1, we=hot["blk"]).outputs[0]
@@ -274,18 +279,18 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
-    prog = B.banked_memory(c, "prog", MAX_PC, 3 + PCBITS, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
+    prog = B.banked_memory(c, "prog", pcs, 3 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
                            we=hot["pc"]).outputs[0]
 
     # L2: the issue register: P + 1, P, the control word, W + 1, W
-    issue = B.memory(c, "issue", 1, 2 * PCBITS + 3 + PCBITS - 1 + 2 * WB + 1, 0, 0,
+    issue = B.memory(c, "issue", 1, 2 * pcb + 3 + pcb - 1 + 2 * WB + 1, 0, 0,
                      [[p1, pa_lo, pa_hi, prog, ww1, ww]], we=hot["wi"], reset=hot["blk"]).outputs[0]
-    pcur = [issue.bit(PCBITS + i) for i in range(PCBITS - 1)]                     # P (9 bits)
-    base = 2 * PCBITS - 1
+    pcur = [issue.bit(pcb + i) for i in range(pcb - 1)]                     # P (9 bits)
+    base = 2 * pcb - 1
     is_bra, is_exit, is_bar = (issue.bit(base + i) for i in range(3))
-    target = [issue.bit(base + 3 + i) for i in range(PCBITS)]
-    cur_issue = [issue.bit(i) for i in range(PCBITS)]                             # P + 1
-    wbase = base + 3 + PCBITS
+    target = [issue.bit(base + 3 + i) for i in range(pcb)]
+    cur_issue = [issue.bit(i) for i in range(pcb)]                             # P + 1
+    wbase = base + 3 + pcb
     wcur = lsum((1 << i) * issue.bit(wbase + i) for i in range(WB + 1))           # W + 1 (0 at a block start)
     wiss = [issue.bit(wbase + WB + 1 + i) for i in range(WB)]                     # W
     wiss_v = lsum((1 << i) * wiss[i] for i in range(WB))
@@ -293,10 +298,10 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
 
     # L2 MLP: the warp whose PCs this token reads (the <w> token's, else the issuing warp's), which
     # of its lanes exist; each lane's next PC word for a <g> token (PC, exited, waiting, its phase)
-    WEXIT, WWAIT, WGEN = PCBITS, PCBITS + 1, PCBITS + 2
+    WEXIT, WWAIT, WGEN = pcb, pcb + 1, pcb + 2
     sel = c.new_field(bits("selw", WB))
     lexists = c.new_field(dual("lexists", L))
-    npc = [c.new_field(bits(f"npc{j}", PCBITS + 3)) for j in range(LANES)]
+    npc = [c.new_field(bits(f"npc{j}", pcb + 3)) for j in range(LANES)]
     m2 = MLPBuilder(c, "next_pc")
     isw = hot["w"]
     for i in range(WB):
@@ -306,7 +311,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
                                    (tval - 32.0 * wiss_v - lane - 0.5 - BIG * isw, 0.5, 1.0)])
     for j in range(LANES):
         ex = gex.bit(j)
-        for i in range(PCBITS):
+        for i in range(pcb):
             m2.boolean(npc[j], i, [(is_bra + ex + target[i] - 2.5, 0.5, 1.0),
                                    (2.0 * cur_issue[i] - is_bra - ex - 0.5, 0.5, 1.0)])
         m2.threshold(npc[j], WEXIT, is_exit + ex - 1.5, 0.5)
@@ -316,15 +321,15 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
 
     # L3: the PC file (one head per lane, slot = warp) and each warp's cursor (written at <wi>)
     NS = 1 << WB                          # warp slots (a binary address of WB bits)
-    pcf = [B.memory(c, f"pc{lane}", NS, PCBITS + 3, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
+    pcf = [B.memory(c, f"pc{lane}", NS, pcb + 3, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
                     reset=hot["blk"]).outputs[0] for lane in range(L)]
-    cursor = B.memory(c, "cursor", NS, PCBITS, ww, sel, p1, we=hot["wi"], reset=hot["blk"]).outputs[0]
+    cursor = B.memory(c, "cursor", NS, pcb, ww, sel, p1, we=hot["wi"], reset=hot["blk"]).outputs[0]
 
     def pcval(t):
-        return lsum((1 << i) * pcf[t].bit(i) for i in range(PCBITS))
+        return lsum((1 << i) * pcf[t].bit(i) for i in range(pcb))
 
-    curv = lsum((1 << i) * cursor.bit(i) for i in range(PCBITS))
-    pv = lsum((1 << i) * pcur[i] for i in range(PCBITS - 1))
+    curv = lsum((1 << i) * cursor.bit(i) for i in range(pcb))
+    pv = lsum((1 << i) * pcur[i] for i in range(pcb - 1))
 
     def free_terms(t, lin, ph_lin=phase):
         """[lin > 0 and lane t alive and not waiting in phase ph_lin] as exclusive steps."""
@@ -368,7 +373,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
     for mode in ("run", "all"):
         beats[mode] = c.new_field(bits(f"beats_{mode}", L * (L - 1)))
         below = fields[mode, "below"]
-        pairs = _beats_steps(m4, beats[mode], L, lambda t, b=below: pcval(t) + 1024.0 * b.bit(t),
+        pairs = _beats_steps(m4, beats[mode], L, lambda t, b=below: pcval(t) + 2.0 * pcs * b.bit(t),
                              lambda t, mode=mode: runs(mode, t), BIG)
     for t in range(L):
         m4.threshold(act, t, fields["run", "below"].bit(t) + fields["run", "atp"].bit(t) - 1.5, 0.5)
@@ -424,12 +429,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
 
     # L6 MLP: the next PC (one warp: the free lanes' winner, or all alive lanes' after a release);
     # the first candidate group; the warp pickers; the warp-level release
-    nextpc = c.new_field(bits("nextpc", PCBITS - 1))
+    nextpc = c.new_field(bits("nextpc", pcb - 1))
     nextg = c.new_field(dual("nextg", G))
     wbeats = {mode: c.new_field(bits(f"wbeats_{mode}", max(1, NW * (NW - 1)))) for mode in ("run", "all")}
     rel = release.bit(0)
     m6 = MLPBuilder(c, "next")
-    for i in range(PCBITS - 1):
+    for i in range(pcb - 1):
         m6.boolean(nextpc, i, [(win["run"].bit(t) + pcf[t].bit(i) - rel - 1.5, 0.5, 1.0) for t in range(L)]
                    + [(win["all"].bit(t) + pcf[t].bit(i) + rel - 2.5, 0.5, 1.0) for t in range(L)])
     for k in range(G):
@@ -459,7 +464,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS) -> SimpleName
     m8.boolean(nwphase, 0, _xor_terms(phase, wrel))
     m8.build()
 
-    return SimpleNamespace(threads=threads, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
+    return SimpleNamespace(threads=threads, pcs=pcs, pcb=pcb, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
                            pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
                            issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
                            nextw=nextw, nwphase=nwphase, nextpc=nextpc, nphase=nphase, sel=sel,
@@ -470,6 +475,7 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     """The prompt tokens and the control tokens except <g> (see g_inputs / g_logit) and <d>;
     blk_inputs(b): more inputs of the <blk b> token (a datapath's)."""
     K = f.kinds.index
+    pcs, pcb = f.pcs, f.pcb
     hot, blkreg, last, nextw, nwphase = f.hot, f.blkreg, f.last, f.nextw, f.nwphase
     nextpc, nphase, sel, isw, WB, NW, threads = f.nextpc, f.nphase, f.sel, f.isw, f.WB, f.NW, f.threads
     S = blkreg.present(0)                 # a block has started
@@ -479,12 +485,12 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
         c.token(f"<nt {T}>", kind=K("nt"), nt_in=T)
     for n in range(1, MAX_BLOCKS + 1):
         c.token(f"<nb {n}>", kind=K("nb"), nb_in=n)
-    for p in range(MAX_PC):
+    for p in range(pcs):
         c.token(f"<pa {p}>", kind=K("pa"), pa_lo=p % 128, pa_hi=p // 128)
     c.token("<pc plain>", kind=K("pc"), cw=0)
     c.token("<pc exit>", kind=K("pc"), cw=2)
     c.token("<pc bar>", kind=K("pc"), cw=4)
-    for p in range(MAX_PC):
+    for p in range(pcs):
         c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
     for b in range(MAX_BLOCKS):
         name = f"<blk {b}>"
@@ -502,13 +508,13 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
             c.token(name, kind=K("w"), ww=w, ph=h)
             c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * M - 30.0 * isw + _match(w, nextw, WB)
                     + (1.0 if h else -1.0) * nwphase.pm(0))
-        for p in range(MAX_PC):
+        for p in range(pcs):
             for h in (0, 1):
                 name = f"<wi {w} {p} {h}>"
                 c.token(name, kind=K("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h,
                         ww=w, ww1=w + 1)
                 c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * (1.0 - M) + 30.0 * isw
-                        + _match(p, nextpc, PCBITS - 1) + (1.0 if h else -1.0) * nphase.pm(0)
+                        + _match(p, nextpc, pcb - 1) + (1.0 if h else -1.0) * nphase.pm(0)
                         + _match(w, sel, WB))
 
 

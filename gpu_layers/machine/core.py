@@ -72,7 +72,7 @@ LANES = R.LANES
 GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
 THREADS = LANES * GROUPS
 GBITS = GROUPS.bit_length() - 1
-PCS = R.PCS
+PCS = 1024                     # machine PCs < 1024: every program memory in 8 banks of 128
 KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt") + MU.KINDS
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
 SRC_NAMES = {SRC_NONE: "none", SRC_IMM: "imm", SRC_TID: "tid", SRC_CTAID: "ctaid"}
@@ -185,7 +185,7 @@ def prompt_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0)
 
 def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
     from gpu_layers.interp.machine import _shared_size, program_for
-    from gpu_layers.machine.datapath_program import datapath_program
+    from gpu_layers.machine.datapath_program import datapath_problems, datapath_program
 
     nthreads = block[0] * block[1] * block[2]
     nblocks = grid[0] * grid[1] * grid[2]
@@ -195,12 +195,17 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
         raise CoreError(f"{nblocks} blocks: the machine core v0 runs up to {C.MAX_BLOCKS}")
     prog = program_for(kernel)
     code = prog.code
-    rp = R.program_of(kernel)
+    rp = R.program_of(kernel, pcs=PCS)
     mops = MM.memory_ops(kernel)
     shared_bytes = _shared_size(prog, dynamic_shared_bytes)
     MM.check_shared(shared_bytes)
     lay = MM.layout(args, list(outputs))
     ops = datapath_program(kernel, rp.slots, grid, block, args, lay.offsets)
+    for ins, op in zip(code, ops):
+        if op.kind == "alu_unsupported":            # never run a form whose value the ALU lacks
+            why = next((m for m in datapath_problems(kernel, rp.slots, grid, block, args)
+                        if m.startswith(f"line {ins.line}:")), f"line {ins.line}: `{ins.text}`")
+            raise CoreError(f"{why}: the machine core's ALU does not compute it")
     out = [f"<nt {nthreads}>", f"<nb {nblocks}>"]
     for p, (ins, op) in enumerate(zip(code, ops)):
         dest = rp.dests[p]
@@ -396,10 +401,10 @@ def check_core(fm, ids: dict, names: list[str], n_prompt: int, kinds: list[str])
 def core_circuit() -> Circuit:
     """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
-    f = C.control_layers(c, THREADS, KINDS)
+    f = C.control_layers(c, THREADS, KINDS, pcs=PCS)
     hot = dict(f.hot)
     hot["end"] = hot["halt"]
-    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS)
+    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS, pcs=PCS)
     G = f.G
     assert G == GROUPS, (G, GROUPS)
 
@@ -427,7 +432,7 @@ def core_circuit() -> Circuit:
     mode = {m: po.bit(PO_MODE + i) for i, m in enumerate(MODES)}
     orw = lsum((1 << i) * po.bit(PO_ORW + i) for i in range(7))
     dst_pred, dst_data = po.bit(PO_DST), po.bit(PO_DST + 1)
-    mu = MU.prompt_side(c, hot, waddr, raddr)
+    mu = MU.prompt_side(c, hot, waddr, raddr, pcs=PCS)
 
     # ---- the executing group K' (the control unit's first candidate): read addresses, issued
     # lanes, the gated immediate and special registers ---------------------------------------------

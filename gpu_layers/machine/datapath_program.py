@@ -97,11 +97,18 @@ class DatapathOp:
 
 
 def register_slots(kernel) -> dict[str, int]:
-    """{machine register: slot} in the register file v1's order (the interpreter's register table:
-    gpu_layers/machine/regfile.py `program_of`), without its limits on destinations."""
+    """{machine register: slot} as the register file assigns them (the interpreter's register
+    table's order; past 32 machine registers, registers of different widths that are never live
+    together share a slot: gpu_layers/machine/regfile.py `program_of`), without its limits on
+    destinations."""
     from gpu_layers.interp.machine import program_for
+    from gpu_layers.machine.regalloc import shared_slots
 
-    return {n: i for i, n in enumerate(program_for(kernel).regbits)}
+    names = list(program_for(kernel).regbits)
+    if len(names) <= REGS:
+        return {n: i for i, n in enumerate(names)}
+    shared = shared_slots(kernel)
+    return {n: shared.get(n, 0) for n in names}
 
 
 def datapath_program(kernel, slots: dict[str, int], grid, block, args, buffer_offsets=None) -> list[DatapathOp]:
@@ -466,10 +473,7 @@ def check_program(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4,
     slots = register_slots(kernel)
     if ops is None:
         ops = datapath_program(kernel, slots, grid, block, args)
-    col = [None] * REGS
-    for n, s in slots.items():
-        col[s] = prog.regcol[n]
-    slot_of = {c: s for s, c in enumerate(col) if c is not None}
+    slot_of = {prog.regcol[n]: s for n, s in slots.items() if s < REGS}   # (shared slots: many to one)
     dst = [next((c for c in ins.dsts if c in slot_of), None) for ins in prog.code]
     nthreads = 1
     for x in _dims(block, "block"):
@@ -545,10 +549,11 @@ def check_program(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4,
                 if (q if pred else r) != D[l]:
                     note(f"{where} lane {l}: {op.op}.{op.width}({A:#x}, {B:#x}, {P}) = "
                          f"{(q if pred else r):#x}, the interpreter wrote {D[l]}")
-        for c in ins.dsts:
-            s = slot_of.get(c)
+        for c in ins.dsts:              # the executed lanes write their slot (others keep it:
+            s = slot_of.get(c)          # with shared slots it may hold another register's value)
             if s is not None:
-                regs[s] = list(W.R[c])
+                for l in done:
+                    regs[s][l] = W.R[c][l]
 
     launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
            step_budget=step_budget, observer=observe)

@@ -107,7 +107,12 @@ def successors(kernel) -> list:
     return out
 
 
-def liveness(kernel) -> Liveness:
+def liveness(kernel, through_returns: bool = False) -> Liveness:
+    """Live registers before and after every instruction. through_returns: a routine's results
+    (registers it writes that its caller reads after a return) stay live up to the return
+    branch, which goes on at its site's return point; the per-width allocator does without it
+    (a routine's return chain writes only predicates), a register-file slot shared across
+    widths needs it."""
     width = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names if n not in SPECIAL_REGS}
     code = kernel.instructions
     n = len(code)
@@ -124,6 +129,11 @@ def liveness(kernel) -> Liveness:
                 todo += succ[j]
         routines[c] = seen
         ud[c] = (ud[c][0], ud[c][1].union(*(ud[j][1] for j in seen)))
+    ret = {}                            # return branch -> (its target, what its routine writes)
+    if through_returns:
+        for c, body in routines.items():
+            for j in body & set(kernel.returns):
+                ret[j] = (kernel.labels[code[j].operands[0].name], ud[c][1])
     live_in = [set() for _ in range(n)]
     changed = True
     while changed:
@@ -132,6 +142,8 @@ def liveness(kernel) -> Liveness:
             out = set()
             for j in succ[i]:
                 out |= live_in[j]
+            if i in ret:
+                out |= live_in[ret[i][0]] & ret[i][1]
             uses, defs = ud[i]
             if i in entry_of:           # and reads what its routine reads before writing
                 uses = uses | live_in[entry_of[i]]
@@ -144,6 +156,8 @@ def liveness(kernel) -> Liveness:
         out = set()
         for j in succ[i]:
             out |= live_in[j]
+        if i in ret:
+            out |= live_in[ret[i][0]] & ret[i][1]
         live_out.append(out)
     uses = [u | live_in[entry_of[i]] if i in entry_of else u for i, (u, _) in enumerate(ud)]
     return Liveness(width, uses, [d for _, d in ud], succ, live_in, live_out, routines)

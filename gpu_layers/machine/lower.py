@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import TYPE_BITS, Imm, Kernel, Module, Reg, RegDecl, Vec
+from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Module, Reg, RegDecl, Vec
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
@@ -57,7 +57,16 @@ def _is_machine_form(ins) -> bool:
         return False
     if form.kind in ("setp", "cvt", "atom", "red"):
         return not any(t in FLOAT_TYPES for t in ins.types)
+    if form.kind == "selp":             # the datapath has one immediate per instruction
+        return not _two_constants(ins)
     return True
+
+
+def _two_constants(ins) -> bool:
+    if len(ins.operands) < 3:
+        return False
+    a, b = ins.operands[1], ins.operands[2]
+    return isinstance(a, (Imm, FImm)) and isinstance(b, (Imm, FImm)) and str(a) != str(b)
 
 
 def _expansion(ins):
@@ -655,6 +664,14 @@ def _x_shf(em, ins):
 # -------------------------------------------------------------------------- small arithmetic
 
 
+def _x_selp_consts(em, ins):
+    """selp of two different constants: the first moved into a temporary (one immediate each)."""
+    t, w, _, (d, a, b, p) = _parts(ins)
+    x = em.tmp(w)
+    em.emit(f"mov.{t} {x}, {a}")
+    em.emit(f"{_guard(ins)}selp.{t} {d}, {x}, {b}, {p}")
+
+
 def _x_neg(em, ins):
     t, w, _, (d, a) = _parts(ins)
     _finish(em, ins, t, _op(em, w, "sub", 0, a, f"u{w}"))
@@ -771,7 +788,7 @@ _EXPANSIONS = {
     "popc": _x_popc, "clz": _x_clz, "brev": _x_brev, "bfind": _x_bfind, "bfe": _x_bfe,
     "bfi": _x_bfi, "prmt": _x_prmt, "lop3": _x_lop3, "shf": _x_shf,
     "ineg": _x_neg, "iabs": _x_abs, "isat": _x_isat, "sad": _x_sad, "cnot": _x_cnot,
-    "slct": _x_slct,
+    "slct": _x_slct, "selp": _x_selp_consts,
     "fbits": lambda em, ins: _fbits(em, ins, 32), "dbits": lambda em, ins: _fbits(em, ins, 64),
     "copysign": lambda em, ins: _copysign(em, ins, 32),
     "dcopysign": lambda em, ins: _copysign(em, ins, 64),

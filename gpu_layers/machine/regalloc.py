@@ -63,6 +63,7 @@ class Allocation:
     mapping: dict                                  # original register -> machine register
     bound: dict = field(default_factory=dict)      # width -> most registers live at once (lower bound)
     floor: dict = field(default_factory=dict)      # width -> largest clique found (lower bound >= bound)
+    joint: bool = False                            # colored across widths (`allocate`'s docstring)
 
     @property
     def total(self) -> int:
@@ -80,14 +81,15 @@ class Allocation:
         return {w: self.counts[w] - self.bound.get(w, 0) for w in self.counts}
 
 
-def interference(kernel, lv=None) -> dict:
-    """register -> set of registers (same width) it must not share a machine register with."""
+def interference(kernel, lv=None, cross_width: bool = False) -> dict:
+    """register -> set of registers (same width; any width with cross_width) it must not share a
+    machine register (a register-file slot) with."""
     lv = lv or liveness(kernel)
     width = lv.width
     graph = {}
 
     def edge(a, b):
-        if a != b and width[a] == width[b]:
+        if a != b and (cross_width or width[a] == width[b]):
             graph[a].add(b)
             graph[b].add(a)
 
@@ -204,8 +206,29 @@ def _color_pool(nodes, graph, bound) -> dict:
     return best[1]
 
 
-def allocate(kernel):
-    """(the kernel on machine registers, the Allocation). The input kernel is not changed."""
+def shared_slots(kernel) -> dict:
+    """{machine register: slot} for a kernel already on machine registers, where registers of
+    different widths share a register-file slot when their live ranges never meet (the same
+    interference rules across widths: a slot holds one 64-bit word, and a commit replaces it
+    whole). A joint allocation (`allocate`: %mr7 and %md7 never live together) keeps its
+    numbers as slots; otherwise the machine registers are colored across widths."""
+    lv = liveness(kernel, through_returns=True)
+    graph = interference(kernel, lv, cross_width=True)
+    by_index = {r: int(r[3:]) for r in graph if r[3:].isdigit()}
+    if len(by_index) == len(graph) and all(by_index[a] != by_index[b] for a in graph for b in graph[a]):
+        return by_index
+    return _color_pool(_order(kernel, lv, graph), graph, lv.max_live())
+
+
+def allocate(kernel, slots: int = 32):
+    """(the kernel on machine registers, the Allocation). The input kernel is not changed.
+    When the pools together need more than `slots` machine registers (a register file of that
+    many 64-bit slots per thread), the registers are colored once across every width instead
+    (a joint allocation): register r of width w becomes the machine register of w numbered by
+    its color, so %mr7 and %md7 share slot 7 and are never live together
+    (Allocation.joint; `shared_slots` reads the slots back). The pools peak at different
+    instructions: an f64 routine's kernels need 34-40 machine registers by pool, 27-33 slots
+    jointly."""
     lv = liveness(kernel)
     graph = interference(kernel, lv)
     order = _order(kernel, lv, graph)
@@ -223,8 +246,19 @@ def allocate(kernel):
         counts[w] = 1 + max(col.values())
         for r, c in col.items():
             mapping[r] = f"{prefix}{c}"
-    out = replace(kernel, regs=[RegDecl(type=POOLS[w][0], names=[f"{POOLS[w][1]}{i}" for i in range(n)],
-                                        line=0) for w, n in sorted(counts.items())],
+    names = {w: [f"{POOLS[w][1]}{i}" for i in range(n)] for w, n in counts.items()}
+    joint = False
+    if sum(counts.values()) > slots:
+        lvx = liveness(kernel, through_returns=True)      # a routine's results, live to its returns
+        gx = interference(kernel, lvx, cross_width=True)
+        col = _color_pool(_order(kernel, lvx, gx), gx, lvx.max_live())
+        if max(col.values()) < slots:
+            joint = True
+            mapping = {r: f"{POOLS[lv.width[r]][1]}{c}" for r, c in col.items()}
+            used = {w: sorted({c for r, c in col.items() if lv.width[r] == w}) for w in counts}
+            names = {w: [f"{POOLS[w][1]}{c}" for c in used[w]] for w in counts}
+            counts = {w: len(used[w]) for w in counts}
+    out = replace(kernel, regs=[RegDecl(type=POOLS[w][0], names=names[w], line=0) for w in sorted(counts)],
                   instructions=[_rename(ins, mapping) for ins in kernel.instructions],
                   labels=dict(kernel.labels), directives=list(kernel.directives))
     src = kernel.module
@@ -232,7 +266,7 @@ def allocate(kernel):
                         address_size=src.address_size if src else 64,
                         kernels={kernel.name: out}, vars=list(src.vars) if src else [])
     validate(out.module, out.name)
-    return out, Allocation(counts, mapping, bound, floor)
+    return out, Allocation(counts, mapping, bound, floor, joint)
 
 
 def _rename(ins, mapping):

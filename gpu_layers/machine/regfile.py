@@ -206,25 +206,32 @@ class RegfileProgram:
         return out
 
 
-def program_of(kernel) -> RegfileProgram:
+def program_of(kernel, pcs: int = PCS) -> RegfileProgram:
     """The register file's view of an allocated machine kernel (gpu_layers.machine.allocate):
     slots in the order of the interpreter's register table (predicates, then 16-, 32-, 64-bit
-    machine registers), and each PC's destination. Refused by name: more than 32 registers, PCs
-    beyond 512, instructions with two destinations."""
+    machine registers); past 32 machine registers, registers of different widths whose live
+    ranges never meet share a slot (regalloc.shared_slots: a slot then holds whichever was
+    written last); and each PC's destination. Refused by name: more than 32 slots, PCs beyond
+    `pcs`, instructions with two destinations."""
     from gpu_layers.interp.machine import program_for
     from gpu_layers.machine.protocol import destinations
+    from gpu_layers.machine.regalloc import shared_slots
 
     prog = program_for(kernel)
     names = list(prog.regbits)
-    if len(names) > REGS:
-        raise RegfileError(f"{len(names)} registers: the register file v1 holds {REGS} per thread "
-                           "(allocate the kernel first: gpu_layers.machine.allocate)")
+    slots = {n: i for i, n in enumerate(names)}
+    if len(names) > REGS:                # registers of different widths share slots (regalloc)
+        shared = shared_slots(kernel)
+        slots = {n: shared.get(n, 0) for n in names}          # (a register nothing touches: any slot)
+        if max(slots.values(), default=-1) >= REGS:
+            raise RegfileError(f"{len(names)} registers in {max(slots.values()) + 1} slots: the register "
+                               f"file holds {REGS} per thread (allocate the kernel first: "
+                               "gpu_layers.machine.allocate)")
     bad = [w for w in prog.regbits.values() if w not in WIDTHS]
     if bad:
         raise RegfileError(f"registers of {sorted(set(bad))} bits: the register file v1 holds 1, 16, 32, 64")
-    if len(prog.code) > PCS:
-        raise RegfileError(f"{len(prog.code)} machine instructions: the register file v1 holds PCs < {PCS}")
-    slots = {n: i for i, n in enumerate(names)}
+    if len(prog.code) > pcs:
+        raise RegfileError(f"{len(prog.code)} machine instructions: the register file holds PCs < {pcs}")
     dests = {}
     for pc, d in destinations(kernel).items():
         if len(d) > 1:
@@ -310,17 +317,21 @@ def d_inputs(j: int, ch: int, x: int) -> dict:
                 **{f"b0_{jj}": x & 1 for jj in range(LANES)})
 
 
-def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) -> SimpleNamespace:
+def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pcs: int = PCS) -> SimpleNamespace:
     """The write-back commit's layers in circuit `c` (`hot`: {kind: 0/1 Lin} for the kinds pa, pd,
     blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs) for a warp of
     `groups` lane groups (4: 16 threads, 8: a whole 32-thread warp). Returns the register file's
     write port for the caller's register-file memories: the address inside a bank (rf_addr,
     32 (K mod 4) + R), the bank (rf_bank: K // 4, None for 4 groups: a key head holds 128 slots,
     so 8 groups take two heads per lane), rf_data per lane, per-bank write enables rf_we_bank[b]
-    (rf_we = rf_we_bank[0] for one bank) and blank flags; and the group registers."""
+    (rf_we = rf_we_bank[0] for one bank) and blank flags; and the group registers. pcs: the
+    program's capacity (512 or 1024 machine instructions, banks of 128)."""
     if groups not in (4, 8):
         raise RegfileError(f"{groups} lane groups: the register file runs 4 (16 threads) or 8 (32)")
-    banks = PCS // BANK
+    if pcs not in (512, 1024):
+        raise RegfileError(f"a program of {pcs} PCs: the register file runs 512 or 1024")
+    banks = pcs // BANK
+    hib = (banks - 1).bit_length()                        # bits of a program bank index
     gb = groups.bit_length() - 1                          # bits of a group index
     nrb = groups // GROUPS                                # register-file banks (heads per lane)
     preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
@@ -343,7 +354,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
 
     # ---- L0 mixer: inputs from the embedding only ----------------------------------------------
     addr_lo = B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
-    addr_hi = B.memory(c, "addr_hi", 1, 2, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
+    addr_hi = B.memory(c, "addr_hi", 1, hib, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
     curg = B.memory(c, "curg", 1, gb + 1, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
     seen = []
     for k in range(groups - 1):
@@ -351,7 +362,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
         seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - float(n),
                              reset=hot["wi"] + hot["blk"]).outputs[0])
     cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
-    cinst_hi = B.memory(c, "cinst_hi", 1, 2, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
+    cinst_hi = B.memory(c, "cinst_hi", 1, hib, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
 
     # ---- L0 MLP: current and pending group ---------------------------------------------------
     ck = c.new_field(bits("ck", gb))      # the current group's K (chunk heads' write slot)
@@ -381,7 +392,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
 
     # ---- L1 mixer: group state (slot K) ------------------------------------------------------
     gs_lo = B.memory(c, "gs_lo", groups, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
-    gs_x = B.memory(c, "gs_x", groups, 2 + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
+    gs_x = B.memory(c, "gs_x", groups, hib + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
                     reset=hot["blk"]).outputs[0]
 
     # ---- L1/L2 mixers: chunk heads (lane J, chunk C), slot K ---------------------------------
@@ -403,9 +414,9 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
     # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
     prog = []
     for b in range(banks):
-        sel = lsum(addr_hi.bit(i) if (b >> i) & 1 else 1.0 - addr_hi.bit(i) for i in range(2))
+        sel = lsum(addr_hi.bit(i) if (b >> i) & 1 else 1.0 - addr_hi.bit(i) for i in range(hib))
         prog.append(B.memory(c, f"prog{b}", BANK, 6, addr_lo, gs_lo, [[preg, pwf]],
-                             we=hot["pd"] + sel - 2.0).outputs[0])
+                             we=hot["pd"] + sel - float(hib)).outputs[0])
 
     # ---- L2 MLP: the commit: address 32 (pk mod 4) + R and the bank pk // 4, per-lane write
     # enables (per bank) and blank flags --------------------------------------------------------
@@ -413,10 +424,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
     rf_bank = c.new_field(bits("rf_bank", gb - 2)) if nrb > 1 else None
     rf_we = [c.new_field(dual(f"rf_we{b}" if nrb > 1 else "rf_we", LANES)) for b in range(nrb)]
     rf_blank = c.new_field(dual("rf_blank", LANES))
-    match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(2)) for b in range(banks)]
+    match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(hib)) for b in range(banks)]
     mc = MLPBuilder(c, "commit")
     for i in range(5):
-        mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - 2.5, 0.5, 1.0) for b in range(banks)])
+        mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - hib - 0.5, 0.5, 1.0) for b in range(banks)])
     for i in range(2):
         mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
     for i in range(gb - 2):
@@ -424,10 +435,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS) ->
     for rb in range(nrb):
         bsel = lsum(pk.bit(2 + i) if (rb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
         for j in range(LANES):
-            mc.boolean(rf_we[rb], j, [(pen.bit(0) + gs_x.bit(2 + j) + match[b] + prog[b].bit(5) + bsel
-                                       - 4.5 - (gb - 2), 0.5, 1.0) for b in range(banks)])
+            mc.boolean(rf_we[rb], j, [(pen.bit(0) + gs_x.bit(hib + j) + match[b] + prog[b].bit(5) + bsel
+                                       - hib - 2.5 - (gb - 2), 0.5, 1.0) for b in range(banks)])
     for j in range(LANES):
-        mc.threshold(rf_blank, j, gs_x.bit(2 + LANES + j) - 0.5, 0.5)
+        mc.threshold(rf_blank, j, gs_x.bit(hib + LANES + j) - 0.5, 0.5)
     mc.build()
 
     we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]
