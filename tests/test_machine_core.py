@@ -56,7 +56,7 @@ def _outputs(c):
 def test_schedules_for_qwen35_2b(circuit):
     s = Shapes.of(REAL_2B)            # (the validator's exactness pass takes minutes: compile runs it)
     plans, _ = schedule(circuit, s)
-    assert len(plans) == 17
+    assert len(plans) == 18
     for pl in plans:
         assert pl.neurons() <= s.intermediate_size
         assert pl.groups(s) <= s.linear_num_key_heads
@@ -247,6 +247,24 @@ def cached_core(core, tmp_path, monkeypatch):
     with open(backend.cache_dir() / f"core-{backend.core_key()}.pkl", "wb") as f:
         pickle.dump(core, f, protocol=pickle.HIGHEST_PROTOCOL)
     return tmp_path
+
+
+def test_the_core_cache_keeps_only_the_current_core(tmp_path, monkeypatch):
+    """A compile writes core-<key>.pkl (key: the circuit's sources) and removes the cores of
+    earlier sources (300 MB each), which no run loads again; a second load reads the cache."""
+    from gpu_layers.machine import backend
+    from gpu_layers.machine import core as core_mod
+
+    monkeypatch.setenv("QWENGPU_CACHE", str(tmp_path))
+    backend.cache_dir().mkdir(parents=True)
+    stale = backend.cache_dir() / "core-0123456789abcdef.pkl"
+    stale.write_bytes(b"old")
+    calls = []
+    monkeypatch.setattr(core_mod, "build_core_fast", lambda config, check=True: calls.append(1) or ("fm", {"<end>": 0}))
+    assert backend.load_core() == ("fm", {"<end>": 0}) and calls == [1]
+    assert not stale.exists()
+    assert [p.name for p in backend.cache_dir().iterdir()] == [f"core-{backend.core_key()}.pkl"]
+    assert backend.load_core() == ("fm", {"<end>": 0}) and calls == [1]
 
 
 def test_run_backend_model_prints_the_interpreters_outputs(cached_core, capsys):

@@ -352,9 +352,18 @@ def test_refusals(rf):
     local = _case("local_sort")                # vector loads: two destinations
     with pytest.raises(RegfileError, match=r"ld\.local\.v2\.u32.*writes 2 registers"):
         rf.program(allocate(lower(module_for(local.ptx()).kernel(local.kernel)))[0])
-    arith = _case("int_arith_i32")             # not allocated: nvcc's registers
-    with pytest.raises(RegfileError, match="registers: the register file v1 holds 32"):
-        rf.program(lower(module_for(arith.ptx()).kernel(arith.kernel)))
+    # past 32 registers, slots are shared by registers never live together (regalloc.shared_slots),
+    # also for a kernel not allocated; 40 registers live at once do not fit
+    from gpu_layers.interp.snippets import kernel_ptx
+    from gpu_layers.ptx.parser import parse_ptx
+    arith = _case("int_arith_i32")
+    prog = rf.program(lower(module_for(arith.ptx()).kernel(arith.kernel)))
+    assert len(prog.slots) > 32 and max(prog.slots.values()) < 32
+    body = "".join(f"\tadd.u32 \t%r{i}, %r0, {i};\n" for i in range(1, 40)) + \
+        "".join(f"\tadd.u32 \t%r40, %r40, %r{i};\n" for i in range(1, 40)) + "\tret;\n"
+    wide = parse_ptx(kernel_ptx("\tmov.u32 \t%r0, %tid.x;\n\tmov.u32 \t%r40, 0;\n" + body)).kernel()
+    with pytest.raises(RegfileError, match=r"registers in \d+ slots: the register file holds 32"):
+        rf.program(lower(wide))
 
 
 def test_compiled_size_report(rf, capsys):

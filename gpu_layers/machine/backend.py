@@ -61,6 +61,9 @@ def load_core(progress=None):
     with open(tmp, "wb") as f:
         pickle.dump((fm, ids), f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
+    for old in path.parent.glob("core-*.pkl"):       # cores of earlier sources: never loaded again
+        if old != path:
+            old.unlink(missing_ok=True)
     return fm, ids
 
 

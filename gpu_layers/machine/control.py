@@ -360,6 +360,19 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
             m3.boolean(freeh[h], t, free_terms(t, Lin({}, 0.5), Lin({}, float(h))))
     m3.build()
 
+    # L3b MLP: below / after re-digitized. Their steps see pre-activations up to G * 2 pcs / m, at
+    # which fp32 rounds a step's output by up to ~1e-4 (measured 6e-5 at a PC distance of 137),
+    # and the pickers weigh them by up to 8 pcs: 0.5 of error, a whole margin (min_index at 1024
+    # PCs). A step on t = flag - 0.5 rounds by ~1e-7.
+    m3b = MLPBuilder(c, "cursor_digital")
+    for mode in ("run", "all"):
+        for nm in ("below", "after"):
+            raw = fields[mode, nm]
+            fields[mode, nm] = c.new_field(dual(f"{nm}_{mode}_d", L))
+            for t in range(L):
+                m3b.threshold(fields[mode, nm], t, raw.bit(t) - 0.5, 0.5)
+    m3b.build()
+
     def runs(mode, t):
         return fields[mode, "below"].bit(t) + fields[mode, "after"].bit(t)
 

@@ -16,8 +16,11 @@ or lowering in practice).
 Where a step executes (docs/machine.md section 2): group K' of an issue executes at the position
 that predicts its `<g K' ..>` token, i.e. at the issue's `<wi>` or at the previous group's last
 token. There the control unit's candidate groups name K' (an MLP stage turns them into the
-register file's read address 32 K' + slot), three read ports per lane (operand a, operand b,
-the predicate q: the guard or selp's p) read the register file, the ALU of each lane computes,
+register file's read address 32 (K' mod 4) + slot and the bank K' // 4), three read ports per
+lane (operand a, operand b, the predicate q: the guard or selp's p) read the register file (each
+port's copy in two banks of heads per lane, since a key head holds 128 slots and a warp's 8
+groups x 32 registers are 256: only the addressed bank's read is enabled, a disabled read is an
+exact zero, and the two reads add), the ALU of each lane computes,
 and the results go into a latch (slot K'). The `<g>` token carries the executed lanes and the
 predicate results down; the `<d>` tokens carry the value down (the register file commits them,
 gpu_layers.machine.regfile). At `<g K>` and each `<d>` the emitter reads the latch at K and
@@ -42,12 +45,16 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
 
 then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 
-Scope: one warp of up to 16 threads per block (the register file v1's), PCs < 512, integer ALU
-work, the memory unit v0's accesses (memory_map); everything else is refused by name.
+Scope: one warp of up to 32 threads per block (8 lane groups), programs of up to 1,024 machine
+instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
+(registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
+allocation), what the datapath computes (a form it does not, e.g. a vector mov, is refused by
+name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 15 layers, W 11,719, 85,919 tokens. The dense stock model would need
-about 30 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor;
-scripts/machine_core.py runs kernels in it.
+For Qwen3.5-2B's shapes: 18 layers, W 16,841, 98,351 tokens. The dense stock model would need
+about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
+vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
+gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
 """
 from __future__ import annotations
 
@@ -178,7 +185,7 @@ def prompt_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0)
     """The launch, the whole program and global memory as the core's prompt (see the module
     docstring). `kernel`: lowered, register-allocated machine code; `outputs`: the buffer arguments
     the dump returns. Refused by name (CoreError, or the register file's / datapath program's /
-    memory map's errors): more than 16 threads per block, an instruction that reads both a guard
+    memory map's errors): more than 32 threads per block, an instruction that reads both a guard
     and selp's predicate, what the pieces refuse."""
     return _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)[0]
 
@@ -316,7 +323,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 30 GB at W 11,719 and 15 layers in fp32)."""
+    Needs the memory of the dense weights (about 50 GB at W 16,841 and 18 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}

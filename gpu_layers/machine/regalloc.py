@@ -214,7 +214,8 @@ def shared_slots(kernel) -> dict:
     numbers as slots; otherwise the machine registers are colored across widths."""
     lv = liveness(kernel, through_returns=True)
     graph = interference(kernel, lv, cross_width=True)
-    by_index = {r: int(r[3:]) for r in graph if r[3:].isdigit()}
+    prefixes = {prefix for _, prefix in POOLS.values()}
+    by_index = {r: int(r[3:]) for r in graph if r[:3] in prefixes and r[3:].isdigit()}
     if len(by_index) == len(graph) and all(by_index[a] != by_index[b] for a in graph for b in graph[a]):
         return by_index
     return _color_pool(_order(kernel, lv, graph), graph, lv.max_live())
