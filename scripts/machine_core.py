@@ -31,6 +31,7 @@ from gpu_layers.machine import allocate, lower  # noqa: E402
 from gpu_layers.machine import memory_map as MM  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
 from gpu_layers.machine.core import build_core_fast, launch_tokens, run_core  # noqa: E402
+from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
 DEFAULT = ["vec_add_i32", "divergence", "early_return", "bitwise_ops", "scan_inclusive_i32"]
@@ -55,8 +56,9 @@ def main():
     print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens, ready in {time.time() - t0:.0f} s",
           flush=True)
     names = sorted(cases) if args.all else args.names
-    totals = {"cases": 0, "equal": 0, "tokens": 0, "seconds": 0.0}
-    print(f"{'case':24s} {'prompt':>7s} {'stream':>7s} {'ticks':>6s} {'trace':>6s} {'outputs':>8s} {'tok/s':>6s}  first wrong")
+    totals = {"cases": 0, "equal": 0, "tokens": 0, "seconds": 0.0, "per_tins": []}
+    print(f"{'case':24s} {'warp-ins':>8s} {'thr-ins':>8s} {'prompt':>7s} {'stream':>7s} {'tok/t-ins':>9s} "
+          f"{'ticks':>6s} {'trace':>6s} {'outputs':>8s} {'seconds':>7s} {'tok/s':>6s}  first wrong")
     for name in names:
         c = cases[name]
         try:
@@ -73,22 +75,26 @@ def main():
         t = time.time()
         got, bad = run_core(fm, ids, prompt, want)
         dt = time.time() - t
-        ref = launch(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, launch_args(c),
-                     c.dynamic_shared_bytes)
+        kernel = module_for(c.ptx()).kernel(c.kernel)
+        ref = launch(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+        tins = thread_instructions(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
         dec = MM.decode_dump(got, lay, {i: kargs[i] for i in outs}) if bad is None else {}
         same = bad is None and all(np.array_equal(dec[i].view(np.uint8), ref.buffers[i].view(np.uint8))
                                    for i in outs)
         ticks = sum(1 for x in want if x.startswith("<mt "))
         first = "" if bad is None else f"@{bad} want {want[bad]} got {got[bad]}"
-        print(f"{name:24s} {len(prompt):7d} {len(want):7d} {ticks:6d} {'equal' if bad is None else 'DIFF':>6s} "
-              f"{'equal' if same else 'DIFF':>8s} {(len(prompt) + len(got)) / dt:6.0f}  {first}", flush=True)
+        print(f"{name:24s} {ref.steps:8d} {tins:8d} {len(prompt):7d} {len(want):7d} {len(want) / tins:9.2f} "
+              f"{ticks:6d} {'equal' if bad is None else 'DIFF':>6s} {'equal' if same else 'DIFF':>8s} {dt:7.1f} "
+              f"{(len(prompt) + len(got)) / dt:6.0f}  {first}", flush=True)
         totals["cases"] += 1
         totals["equal"] += int(same)
         totals["tokens"] += len(prompt) + len(got)
         totals["seconds"] += dt
+        totals["per_tins"].append(len(want) / tins)
     if totals["cases"]:
         print(f"{totals['equal']}/{totals['cases']} cases: trace and outputs equal; {totals['tokens']} tokens "
-              f"in {totals['seconds']:.0f} s ({totals['tokens'] / totals['seconds']:.0f} tokens/s)")
+              f"in {totals['seconds']:.0f} s ({totals['tokens'] / totals['seconds']:.0f} tokens/s); generated tokens "
+              f"per thread-instruction: mean {np.mean(totals['per_tins']):.2f}, worst {max(totals['per_tins']):.2f}")
 
 
 if __name__ == "__main__":
