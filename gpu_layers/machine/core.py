@@ -51,7 +51,7 @@ instructions (every program memory in 8 banks of 128), up to 32 register-file sl
 allocation), what the datapath computes (a form it does not, e.g. a vector mov, is refused by
 name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 18 layers, W 16,841, 98,351 tokens. The dense stock model would need
+For Qwen3.5-2B's shapes: 18 layers, W 16,840, 98,351 tokens. The dense stock model would need
 about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
@@ -323,7 +323,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 50 GB at W 16,841 and 18 layers in fp32)."""
+    Needs the memory of the dense weights (about 50 GB at W 16,840 and 18 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}

@@ -101,14 +101,9 @@ def register_slots(kernel) -> dict[str, int]:
     table's order; past 32 machine registers, registers of different widths that are never live
     together share a slot: gpu_layers/machine/regfile.py `program_of`), without its limits on
     destinations."""
-    from gpu_layers.interp.machine import program_for
-    from gpu_layers.machine.regalloc import shared_slots
+    from gpu_layers.machine.regalloc import register_slots as slots_of
 
-    names = list(program_for(kernel).regbits)
-    if len(names) <= REGS:
-        return {n: i for i, n in enumerate(names)}
-    shared = shared_slots(kernel)
-    return {n: shared.get(n, 0) for n in names}
+    return slots_of(kernel, REGS)
 
 
 def datapath_program(kernel, slots: dict[str, int], grid, block, args, buffer_offsets=None) -> list[DatapathOp]:

@@ -135,15 +135,20 @@ def liveness(kernel, through_returns: bool = False) -> Liveness:
             for j in body & set(kernel.returns):
                 ret[j] = (kernel.labels[code[j].operands[0].name], ud[c][1])
     live_in = [set() for _ in range(n)]
+
+    def live_out_of(i):
+        out = set()
+        for j in succ[i]:
+            out |= live_in[j]
+        if i in ret:
+            out |= live_in[ret[i][0]] & ret[i][1]
+        return out
+
     changed = True
     while changed:
         changed = False
         for i in range(n - 1, -1, -1):
-            out = set()
-            for j in succ[i]:
-                out |= live_in[j]
-            if i in ret:
-                out |= live_in[ret[i][0]] & ret[i][1]
+            out = live_out_of(i)
             uses, defs = ud[i]
             if i in entry_of:           # and reads what its routine reads before writing
                 uses = uses | live_in[entry_of[i]]
@@ -151,14 +156,7 @@ def liveness(kernel, through_returns: bool = False) -> Liveness:
             if new != live_in[i]:
                 live_in[i] = new
                 changed = True
-    live_out = []
-    for i in range(n):
-        out = set()
-        for j in succ[i]:
-            out |= live_in[j]
-        if i in ret:
-            out |= live_in[ret[i][0]] & ret[i][1]
-        live_out.append(out)
+    live_out = [live_out_of(i) for i in range(n)]
     uses = [u | live_in[entry_of[i]] if i in entry_of else u for i, (u, _) in enumerate(ud)]
     return Liveness(width, uses, [d for _, d in ud], succ, live_in, live_out, routines)
 

@@ -221,6 +221,20 @@ def shared_slots(kernel) -> dict:
     return _color_pool(_order(kernel, lv, graph), graph, lv.max_live())
 
 
+def register_slots(kernel, limit: int = 32) -> dict:
+    """{register: register-file slot}: the interpreter's register table's order (predicates, then
+    16-, 32-, 64-bit registers) while there are at most `limit`, else `shared_slots` (a
+    register nothing touches gets slot 0). The one slot map of the register file and the
+    datapath (slots >= limit mean the kernel does not fit)."""
+    from gpu_layers.interp.machine import program_for
+
+    names = list(program_for(kernel).regbits)
+    if len(names) <= limit:
+        return {n: i for i, n in enumerate(names)}
+    shared = shared_slots(kernel)
+    return {n: shared.get(n, 0) for n in names}
+
+
 def allocate(kernel, slots: int = 32):
     """(the kernel on machine registers, the Allocation). The input kernel is not changed.
     When the pools together need more than `slots` machine registers (a register file of that

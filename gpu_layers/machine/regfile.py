@@ -79,6 +79,7 @@ from typing import ClassVar
 from gpu_layers.craft import blocks as B
 from gpu_layers.craft.assemble import Shapes, compile_circuit
 from gpu_layers.craft.blocks.base import MLPBuilder
+from gpu_layers.craft.blocks.logic import _select_term
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import CompiledCircuit
@@ -215,14 +216,12 @@ def program_of(kernel, pcs: int = PCS) -> RegfileProgram:
     `pcs`, instructions with two destinations."""
     from gpu_layers.interp.machine import program_for
     from gpu_layers.machine.protocol import destinations
-    from gpu_layers.machine.regalloc import shared_slots
+    from gpu_layers.machine.regalloc import register_slots
 
     prog = program_for(kernel)
     names = list(prog.regbits)
-    slots = {n: i for i, n in enumerate(names)}
-    if len(names) > REGS:                # registers of different widths share slots (regalloc)
-        shared = shared_slots(kernel)
-        slots = {n: shared.get(n, 0) for n in names}          # (a register nothing touches: any slot)
+    slots = register_slots(kernel, REGS)
+    if len(names) > REGS:
         if max(slots.values(), default=-1) >= REGS:
             raise RegfileError(f"{len(names)} registers in {max(slots.values()) + 1} slots: the register "
                                f"file holds {REGS} per thread (allocate the kernel first: "
@@ -322,9 +321,9 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs) for a warp of
     `groups` lane groups (4: 16 threads, 8: a whole 32-thread warp). Returns the register file's
     write port for the caller's register-file memories: the address inside a bank (rf_addr,
-    32 (K mod 4) + R), the bank (rf_bank: K // 4, None for 4 groups: a key head holds 128 slots,
-    so 8 groups take two heads per lane), rf_data per lane, per-bank write enables rf_we_bank[b]
-    (rf_we = rf_we_bank[0] for one bank) and blank flags; and the group registers. pcs: the
+    32 (K mod 4) + R; a key head holds 128 slots, so 8 groups take two banks of heads per lane,
+    bank K // 4), rf_data per lane, per-bank write enables rf_we_bank[b] (rf_we = rf_we_bank[0]
+    for one bank) and blank flags; and the group registers. pcs: the
     program's capacity (512 or 1024 machine instructions, banks of 128)."""
     if groups not in (4, 8):
         raise RegfileError(f"{groups} lane groups: the register file runs 4 (16 threads) or 8 (32)")
@@ -349,16 +348,13 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     x10 = c.input(bits("x10", 1), default=0)              # <d>: X bit 10
     is_g, commit_kind = hot["g"], hot["wi"] + hot["end"]
 
-    def is_k(f, k):                                       # [field f == k] as (sum, count)
-        return lsum(f.bit(i) if (k >> i) & 1 else 1.0 - f.bit(i) for i in range(gb)), gb
-
     # ---- L0 mixer: inputs from the embedding only ----------------------------------------------
     addr_lo = B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
     addr_hi = B.memory(c, "addr_hi", 1, hib, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
     curg = B.memory(c, "curg", 1, gb + 1, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
     seen = []
     for k in range(groups - 1):
-        sel, n = is_k(gk, k)
+        sel, n = _select_term(gk, k)
         seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - float(n),
                              reset=hot["wi"] + hot["blk"]).outputs[0])
     cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
@@ -379,7 +375,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     # this token's group, k was seen, nothing between them was"; at <wi>/<end>: the last group
     pairs = {}
     for K in range(1, groups):
-        sel, n = is_k(gk, K)
+        sel, n = _select_term(gk, K)
         for k in range(K):
             t = 2.0 * is_g + sel + sp[k] - lsum(sp[kk] for kk in range(k + 1, K)) - (2.0 + n + 1.0) + 0.5
             pairs[(K, k)] = (t, 0.5, 1.0)
@@ -421,7 +417,6 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     # ---- L2 MLP: the commit: address 32 (pk mod 4) + R and the bank pk // 4, per-lane write
     # enables (per bank) and blank flags --------------------------------------------------------
     rf_addr = c.new_field(bits("rf_addr", 7))
-    rf_bank = c.new_field(bits("rf_bank", gb - 2)) if nrb > 1 else None
     rf_we = [c.new_field(dual(f"rf_we{b}" if nrb > 1 else "rf_we", LANES)) for b in range(nrb)]
     rf_blank = c.new_field(dual("rf_blank", LANES))
     match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(hib)) for b in range(banks)]
@@ -430,8 +425,6 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
         mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - hib - 0.5, 0.5, 1.0) for b in range(banks)])
     for i in range(2):
         mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
-    for i in range(gb - 2):
-        mc.threshold(rf_bank, i, pk.bit(2 + i) - 0.5, 0.5)
     for rb in range(nrb):
         bsel = lsum(pk.bit(2 + i) if (rb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
         for j in range(LANES):
@@ -442,7 +435,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     mc.build()
 
     we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]
-    return SimpleNamespace(rf_addr=rf_addr, rf_bank=rf_bank, rf_data=[chunks[j] for j in range(LANES)],
+    return SimpleNamespace(rf_addr=rf_addr, rf_data=[chunks[j] for j in range(LANES)],
                            rf_we=we_bank[0], rf_we_bank=we_bank,
                            rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
                            cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel, addr_lo=addr_lo,
