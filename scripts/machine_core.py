@@ -27,10 +27,9 @@ from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.interp import launch, launch_args, module_for  # noqa: E402
-from gpu_layers.machine import allocate, lower  # noqa: E402
 from gpu_layers.machine import memory_map as MM  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
-from gpu_layers.machine.core import build_core_fast, launch_tokens, run_core  # noqa: E402
+from gpu_layers.machine.core import build_core_fast, launch_tokens, machine_kernel, run_core  # noqa: E402
 from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
@@ -62,10 +61,10 @@ def main():
     for name in names:
         c = cases[name]
         try:
-            mk, _ = allocate(lower(module_for(c.ptx()).kernel(c.kernel)))
             kargs = launch_args(c)
+            mk, grid, block = machine_kernel(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, kargs)
             outs = [i for i, a in enumerate(c.args) if a.is_buffer and a.output]
-            prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, kargs, outs, c.dynamic_shared_bytes)
+            prompt, want, lay, _ = launch_tokens(mk, grid, block, kargs, outs, c.dynamic_shared_bytes)
         except QwenGPUError as e:
             print(f"{name:24s} refused: {e}")
             continue

@@ -71,15 +71,14 @@ def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
     """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
     tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
     from gpu_layers.interp import launch_args, module_for
-    from gpu_layers.machine import allocate, lower
     from gpu_layers.machine import memory_map as MM
-    from gpu_layers.machine.core import CoreError, prompt_tokens, run_core
+    from gpu_layers.machine.core import CoreError, machine_kernel, prompt_tokens, run_core
 
-    mk, _ = allocate(lower(module_for(case.ptx()).kernel(case.kernel)))
     args = launch_args(case)
+    mk, grid, block = machine_kernel(module_for(case.ptx()).kernel(case.kernel), case.grid, case.block, args)
     bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
     outs = [i for i in bufs if case.args[i].output] or bufs
-    prompt = prompt_tokens(mk, case.grid, case.block, args, outs, case.dynamic_shared_bytes)
+    prompt = prompt_tokens(mk, grid, block, args, outs, case.dynamic_shared_bytes)
     fm, ids = core or load_core(progress)
     t = time.time()
     tick = (lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s")) if progress else None

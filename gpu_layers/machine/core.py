@@ -45,7 +45,9 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
 
 then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 
-Scope: one warp of up to 32 threads per block (8 lane groups), programs of up to 1,024 machine
+Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered for one
+warp so that vectors, sub-word accesses and atomics are scalar word accesses, allocated): one
+warp of up to 32 threads per block (8 lane groups), programs of up to 1,024 machine
 instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
 (registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
 allocation), what the datapath computes (a form it does not, e.g. a vector mov, is refused by
@@ -60,6 +62,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
+import numpy as np
 
 from gpu_layers.craft import blocks as B
 from gpu_layers.craft.assemble import compile_circuit
@@ -179,6 +183,33 @@ class _OneHot:
 class Core(CompiledCircuit):
     label: ClassVar[str] = "the machine core"
     token_error: ClassVar[type] = CoreError
+
+
+def machine_kernel(kernel, grid, block, args=()):
+    """A PTX kernel and its launch as the core runs them: (machine code, grid, block).
+
+    The launch is made one-dimensional (gpu_layers.machine.flatten: the datapath has only the
+    linear thread and block indices), the kernel lowered for one warp (memory instructions as
+    scalar word accesses, gpu_layers.machine.word_memory: their sequences are atomic only when no
+    other warp runs between their steps) and register-allocated. Refused by name: a block of
+    several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
+    would be out of range where the byte is not)."""
+    from gpu_layers.machine.flatten import flatten_launch
+    from gpu_layers.machine.lower import lower
+    from gpu_layers.machine.regalloc import allocate
+
+    flat, grid, block = flatten_launch(kernel, grid, block)
+    if block[0] > THREADS:
+        raise CoreError(f"{block[0]} threads per block: the machine core v0 runs up to {THREADS}")
+    sub = next((ins for ins in flat.instructions if ins.opcode in ("ld", "st", "atom", "red")
+                and "param" not in ins.modifiers and ins.types and ins.types[-1][1:] in ("8", "16")), None)
+    odd = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.nbytes % 4]
+    if sub is not None and odd:
+        raise CoreError(f"line {sub.line}: `{sub}` is a sub-word access and buffer argument {odd[0]} "
+                        f"has {args[odd[0]].nbytes} bytes: the machine reads bytes in whole 32-bit words, "
+                        "so it needs buffers of whole words")
+    mk, _ = allocate(lower(flat, one_warp=True))
+    return mk, grid, block
 
 
 def prompt_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0) -> list[str]:

@@ -40,7 +40,7 @@ from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Module, Reg, RegDecl
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
-from . import softfloat
+from . import softfloat, word_memory
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
@@ -90,8 +90,10 @@ def machine_problems(kernel) -> list[str]:
             for ins in kernel.instructions if not _is_machine_form(ins) and _expansion(ins) is None]
 
 
-def lower(kernel: Kernel) -> Kernel:
-    """The kernel as machine code (a new Kernel; the input is not changed).
+def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
+    """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
+    one-dimensional blocks of one warp (the machine core's scope), memory instructions become
+    scalar word accesses (gpu_layers.machine.word_memory: vectors, sub-word accesses, atomics).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -99,7 +101,7 @@ def lower(kernel: Kernel) -> Kernel:
     problems = machine_problems(kernel)
     if problems:
         raise UnsupportedPTX(problems)
-    em = _Emitter(kernel)
+    em = _Emitter(kernel, one_warp)
     starts = []
     for ins in kernel.instructions:
         starts.append(len(em.code))
@@ -137,7 +139,8 @@ _TMP = {1: ("pred", "%mqp"), 16: ("b16", "%mqh"), 32: ("b32", "%mq"), 64: ("b64"
 class _Emitter:
     """New instructions, fresh temporaries and labels for one kernel."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, one_warp=False):
+        self.one_warp = one_warp
         self.code = []
         self.labels = {}
         self.count = {w: 0 for w in _TMP}
@@ -177,7 +180,11 @@ class _Emitter:
         """Append a machine instruction, with at most one immediate source operand: every
         immediate but the last moves first, unguarded, into a fresh temporary of its operand's
         type (the datapath has one immediate field per instruction; docs/machine.md §4). A
-        barrier's thread count stays an immediate (the interpreter requires one)."""
+        barrier's thread count stays an immediate (the interpreter requires one). For one warp,
+        memory instructions the memory unit does not serve expand into word accesses."""
+        if self.one_warp and word_memory.needs(ins, self.regbits):
+            word_memory.expand(self, ins)
+            return
         imms = _imm_positions(ins)
         if len(imms) > 1 and SUPPORTED[ins.name].kind != "bar":
             ops = list(ins.operands)

@@ -46,7 +46,9 @@ interpreter too, except a base register more than 4 KB away from the address it 
 Scope v0 (`MemoryMapError` names what is refused): scalar ld/st of 4 or 8 bytes, .global or
 .shared, into / from a register of the same width (or a 64-bit one for .u32/.b32/.f32:
 zero-extended, truncated); no local memory, generic addresses, vector
-accesses, sub-word accesses or atomics; up to 4 KB of buffers and 2 KB of shared memory.
+accesses, sub-word accesses or atomics; up to 4 KB of buffers and 2 KB of shared memory. (The
+machine core's lowering for one warp turns vectors, sub-word accesses and atomics into the scalar
+accesses served here: gpu_layers/machine/word_memory.py.)
 """
 from __future__ import annotations
 

@@ -1,0 +1,445 @@
+"""Memory instructions as scalar word accesses, for blocks of one warp (`lower(one_warp=True)`).
+
+The memory unit (memory_map) serves scalar loads and stores of one 32- or 64-bit word per lane
+and step. Everything else that touches memory becomes a sequence of such accesses here:
+
+  * vector accesses (ld/st .v2/.v4): one 64-bit access per 8 bytes (a 16-byte vector checks its
+    alignment first), the elements split out of / packed into the words with shifts and masks;
+  * sub-word accesses (.u8/.s8/.u16/.s16/.b8/.b16, scalar or vector, below 4 bytes): the
+    containing word is loaded and the element shifted out (sign- or zero-extended); a store is a
+    read-modify-write of the word, in rounds, one per position of the element in its word: lanes
+    storing to one word in one round write the same bytes, so the last lane wins, as in the
+    interpreter, and a later round reads what the earlier ones stored;
+  * a signed 32-bit load into a 64-bit register: a 32-bit load and a sign extension;
+  * atomics (atom, red; integer and bit types, and the compare-and-swap of float atomic adds):
+    a loop over the warp's lanes in ascending order (the interpreter's order), in which only
+    lane i loads, computes and stores: each atomic sees every earlier lane's.
+
+Why only for one warp: a sequence is atomic only if no other thread's instruction runs between
+its steps. The interpreter runs blocks one after another and a warp's instructions in order, so
+with one warp per block (the machine core's scope) nothing interleaves; with several warps,
+round-robin scheduling would. The loop bound is %ntid.x and the lane is %laneid: the block must
+be one-dimensional (gpu_layers.machine.flatten makes it so).
+
+Exactness at the edges, each checked against the interpreter's rules (interp/memory.py):
+  * a misaligned access faults in the interpreter; a 2-byte element and a 16-byte vector are
+    checked explicitly (a guarded load from address 0 faults, as the original does, though the
+    message names the check's load), the others by their own word access's alignment;
+  * sub-word accesses are for .global only: global buffers are initialised whole, so a word
+    read for one byte is defined exactly when the byte is; a shared or local word can be partly
+    written, where the interpreter's byte would be undefined and the word's is not (refused);
+    and global buffers must be whole words (core.prepare refuses the launch otherwise), so a
+    byte's word is in range exactly when the byte is;
+  * an atomic's operands are strict in the interpreter (an undefined one raises): the stored
+    value carries every operand's poison (x ^ x is 0, or undefined exactly when x is), so the
+    sequence raises where the original does. An atomic on a shared word nothing has written
+    raises in both (the loaded word is undefined, and so the stored value).
+"""
+from __future__ import annotations
+
+from gpu_layers.errors import UnsupportedPTX
+from gpu_layers.ptx.ir import TYPE_BITS, Addr, Imm, Reg, Sink, Sym, Vec
+
+_VEC = {"v2": 2, "v4": 4}
+_SPACES = ("global", "shared", "local")
+
+
+def needs(ins, regbits: dict) -> bool:
+    """Whether `ins` is a memory instruction this module expands (`regbits`: register widths)."""
+    op = ins.opcode
+    if op in ("atom", "red"):
+        return True
+    if op not in ("ld", "st") or "param" in ins.modifiers or "const" in ins.modifiers:
+        return False
+    bits = TYPE_BITS.get(ins.types[0], 0) if ins.types else 0
+    if any(m in _VEC for m in ins.modifiers) or bits < 32:
+        return True
+    return op == "ld" and ins.types[0] == "s32" and regbits.get(str(ins.operands[0])) == 64
+
+
+def expand(em, ins):
+    if ins.opcode in ("atom", "red"):
+        _atomic(em, ins)
+    elif ins.opcode == "ld":
+        _load(em, ins)
+    else:
+        _store(em, ins)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _space(ins) -> str:
+    return next((m for m in ins.modifiers if m in _SPACES), "")
+
+
+def _refuse(ins, why):
+    raise UnsupportedPTX([f"line {ins.line}: `{ins}`: {why}"])
+
+
+class _Access:
+    """One ld/st: its address operand, element type and count, total bytes."""
+
+    def __init__(self, em, ins, aop, elems):
+        self.em, self.ins = em, ins
+        self.aop = aop
+        self.t = ins.types[0]
+        self.eb = TYPE_BITS[self.t]                 # element bits
+        self.n = len(elems)
+        self.total = self.eb * self.n // 8           # bytes
+        self.space = _space(ins)
+        if not isinstance(aop, Addr):
+            _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
+        if self.total not in (1, 2, 4, 8, 16):
+            _refuse(ins, f"a {self.total}-byte access")
+        if self.total < 4 and self.space != "global":
+            _refuse(ins, f"a sub-word .{self.space} access (the machine serves sub-word accesses of "
+                         ".global only: a partly written word's bytes would not stay undefined)")
+
+    def guard(self) -> str:
+        g = self.ins.guard
+        return f"{g} " if g else ""
+
+    def addr(self, extra=0) -> str:
+        a = self.aop
+        return str(Addr(a.base, a.offset + extra))
+
+    def ea(self):
+        """The effective address in a fresh register, and its low 32 bits."""
+        em, a = self.em, self.aop
+        if isinstance(a.base, Reg):
+            w = em.regbits.get(a.base.name, 64)
+            t = em.tmp(w)
+            em.emit(f"add.u{w} {t}, {a.base}, {a.offset}")
+        else:
+            w = 32 if isinstance(a.base, Sym) else 64
+            t = em.tmp(w)
+            em.emit(f"mov.u{w} {t}, {a.base if isinstance(a.base, Sym) else a.offset}")
+            if isinstance(a.base, Sym) and a.offset:
+                em.emit(f"add.u32 {t}, {t}, {a.offset}")
+        if w == 32:
+            return t, w, t
+        lo = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {lo}, {t}")
+        return t, w, lo
+
+    def check_align(self, lo32, n):
+        """A guarded load from address 0 (a fault in the interpreter and the machine) for every
+        executing lane whose address is not a multiple of n."""
+        em = self.em
+        r = em.tmp(32)
+        em.emit(f"and.b32 {r}, {lo32}, {n - 1}")
+        g = self.ins.guard
+        if g is not None:
+            on, off = (r, 0) if not g.negated else (0, r)
+            r2 = em.tmp(32)
+            em.emit(f"selp.b32 {r2}, {on}, {off}, {g.reg}")
+            r = r2
+        p = em.tmp(1)
+        em.emit(f"setp.ne.u32 {p}, {r}, 0")
+        junk = em.tmp(32)
+        em.emit(f"@{p} ld.global.u32 {junk}, [0]")
+
+    def word_ops(self) -> str:
+        """ld/st modifiers without the vector count."""
+        return ".".join(m for m in self.ins.modifiers if m not in _VEC)
+
+
+def _opname(ins, mods, t) -> str:
+    return ".".join([ins.opcode] + ([mods] if mods else []) + [t])
+
+
+# ------------------------------------------------------------------------------------- loads
+
+
+def _load(em, ins):
+    dsts = list(ins.operands[0].elems) if isinstance(ins.operands[0], Vec) else [ins.operands[0]]
+    acc = _Access(em, ins, ins.operands[1], dsts)
+    mods = acc.word_ops()
+    g = acc.guard()
+    words = []                        # (register, bits): the loaded little-endian words
+    shift = None                      # sub-word: the element's bit offset in its word (a register)
+    if acc.total < 4:
+        ea, w, lo = acc.ea()
+        if acc.total == 2:
+            acc.check_align(lo, 2)
+        wa = em.tmp(w)
+        em.emit(f"and.b{w} {wa}, {ea}, -4")
+        word = em.tmp(32)
+        em.emit(f"{g}{_opname(ins, mods, 'u32')} {word}, [{wa}]")
+        shift = em.tmp(32)
+        em.emit(f"and.b32 {shift}, {lo}, 3")
+        em.emit(f"shl.b32 {shift}, {shift}, 3")
+        words = [(word, 32)]
+    elif acc.total == 4:
+        word = em.tmp(32)
+        em.emit(f"{g}{_opname(ins, mods, 'u32')} {word}, {acc.addr()}")
+        words = [(word, 32)]
+    else:
+        if acc.total == 16:
+            acc.check_align(acc.ea()[2], 16)
+        for k in range(acc.total // 8):
+            word = em.tmp(64)
+            em.emit(f"{g}{_opname(ins, mods, 'u64')} {word}, {acc.addr(8 * k)}")
+            words.append((word, 64))
+    signed = acc.t[0] == "s"
+    for i, d in enumerate(dsts):
+        if isinstance(d, Sink):
+            continue
+        bit = i * acc.eb
+        src, sw = words[bit // 64] if words[0][1] == 64 else words[0]
+        bit %= sw
+        _write_elem(em, ins, d, _elem(em, src, sw, bit, acc.eb, signed, shift), acc.eb, signed)
+
+
+def _elem(em, src, sw, bit, eb, signed, shift):
+    """Element of eb bits at bit offset `bit` (+ the register `shift`) of the sw-bit word `src`,
+    extended to 32 bits (eb < 64), or src itself (eb == 64)."""
+    if eb == 64:
+        return src
+    if sw == 64:
+        if bit:
+            t = em.tmp(64)
+            em.emit(f"shr.u64 {t}, {src}, {bit}")
+            src = t
+        t = em.tmp(32)
+        em.emit(f"cvt.u32.u64 {t}, {src}")
+        src, bit = t, 0
+    if shift is not None:
+        s = shift
+        if bit:
+            s = em.tmp(32)
+            em.emit(f"add.u32 {s}, {shift}, {bit}")
+        t = em.tmp(32)
+        em.emit(f"shr.u32 {t}, {src}, {s}")
+        src = t
+    elif bit:
+        t = em.tmp(32)
+        em.emit(f"shr.u32 {t}, {src}, {bit}")
+        src = t
+    if eb == 32:
+        return src
+    t = em.tmp(32)
+    if signed:
+        em.emit(f"shl.b32 {t}, {src}, {32 - eb}")
+        em.emit(f"shr.s32 {t}, {t}, {32 - eb}")
+    else:
+        em.emit(f"and.b32 {t}, {src}, {(1 << eb) - 1}")
+    return t
+
+
+def _write_elem(em, ins, d, v, eb, signed):
+    """The guarded write of destination d from v (32 bits, or 64 when eb == 64)."""
+    g = f"{ins.guard} " if ins.guard else ""
+    dw = em.regbits.get(str(d), 32)
+    if eb == 64:
+        em.emit(f"{g}mov.b64 {d}, {v}")
+    elif dw == 64:
+        em.emit(f"{g}cvt.{'s64.s32' if signed else 'u64.u32'} {d}, {v}")
+    elif dw == 16:
+        em.emit(f"{g}cvt.u16.u32 {d}, {v}")
+    else:
+        em.emit(f"{g}mov.b32 {d}, {v}")
+
+
+# ------------------------------------------------------------------------------------ stores
+
+
+def _store(em, ins):
+    vals = list(ins.operands[1].elems) if isinstance(ins.operands[1], Vec) else [ins.operands[1]]
+    acc = _Access(em, ins, ins.operands[0], vals)
+    mods = acc.word_ops()
+    g = acc.guard()
+    eb = acc.eb
+    if acc.total >= 8:                      # 64-bit words: 8 bytes each
+        if acc.total == 16:
+            acc.check_align(acc.ea()[2], 16)
+        per = 64 // eb
+        for k in range(acc.total // 8):
+            word = _pack(em, vals[k * per:(k + 1) * per], eb, 64)
+            em.emit(f"{g}{_opname(ins, mods, 'u64')} {acc.addr(8 * k)}, {word}")
+        return
+    if acc.total == 4:
+        em.emit(f"{g}{_opname(ins, mods, 'u32')} {acc.addr()}, {_pack(em, vals, eb, 32)}")
+        return
+    # sub-word: read-modify-write of the containing word, one round per position in the word
+    ea, w, lo = acc.ea()
+    if acc.total == 2:
+        acc.check_align(lo, 2)
+    wa = em.tmp(w)
+    em.emit(f"and.b{w} {wa}, {ea}, -4")
+    pos = em.tmp(32)
+    em.emit(f"and.b32 {pos}, {lo}, 3")
+    shift = em.tmp(32)
+    em.emit(f"shl.b32 {shift}, {pos}, 3")
+    value = _pack(em, vals, eb, 32)                       # the element(s), in the low bits
+    put = em.tmp(32)
+    em.emit(f"shl.b32 {put}, {value}, {shift}")
+    keep = em.tmp(32)
+    em.emit(f"mov.b32 {keep}, {(1 << (8 * acc.total)) - 1}")
+    em.emit(f"shl.b32 {keep}, {keep}, {shift}")
+    em.emit(f"not.b32 {keep}, {keep}")
+    if ins.guard is not None:              # lanes whose guard is false take no round
+        gp = ins.guard
+        t = em.tmp(32)
+        on, off = (pos, 4) if not gp.negated else (4, pos)
+        em.emit(f"selp.b32 {t}, {on}, {off}, {gp.reg}")
+        pos = t
+    for k in range(0, 4, acc.total):
+        p = em.tmp(1)
+        em.emit(f"setp.eq.u32 {p}, {pos}, {k}")
+        word = em.tmp(32)
+        em.emit(f"@{p} {_opname(ins, mods, 'u32').replace('st.', 'ld.', 1)} {word}, [{wa}]")
+        em.emit(f"and.b32 {word}, {word}, {keep}")
+        em.emit(f"or.b32 {word}, {word}, {put}")
+        em.emit(f"@{p} {_opname(ins, mods, 'u32')} [{wa}], {word}")
+
+
+def _pack(em, vals, eb, bits) -> str:
+    """The elements `vals` (eb bits each, element i at bit i * eb) as one `bits`-bit register."""
+    if eb == bits and len(vals) == 1:
+        return _as_bits(em, vals[0], eb)
+    acc = None
+    for i, v in enumerate(vals):
+        x = _as_bits(em, v, eb)
+        if eb < 32:
+            t = em.tmp(32)
+            em.emit(f"and.b32 {t}, {x}, {(1 << eb) - 1}")
+            x = t
+        if bits == 64 and eb < 64:
+            t = em.tmp(64)
+            em.emit(f"cvt.u64.u32 {t}, {x}")
+            x = t
+        if i:
+            t = em.tmp(bits)
+            em.emit(f"shl.b{bits} {t}, {x}, {i * eb}")
+            x = t
+            t = em.tmp(bits)
+            em.emit(f"or.b{bits} {t}, {acc}, {x}")
+            x = t
+        acc = x
+    return acc
+
+
+def _as_bits(em, v, eb) -> str:
+    """Operand v as a register of max(eb, 32) bits holding its value's low eb bits (or more)."""
+    w = 64 if eb == 64 else 32
+    if isinstance(v, Imm):
+        t = em.tmp(w)
+        em.emit(f"mov.b{w} {t}, {v.value & ((1 << w) - 1)}")
+        return t
+    vw = em.regbits.get(str(v), 32)
+    t = em.tmp(w)
+    em.emit(f"mov.b{w} {t}, {v}" if vw == w else f"cvt.u{w}.u{vw} {t}, {v}")
+    return t
+
+
+# ----------------------------------------------------------------------------------- atomics
+
+
+def _atomic(em, ins):
+    atom = ins.opcode == "atom"
+    ops = ins.operands
+    d, aop, b = (ops[0], ops[1], ops[2]) if atom else (None, ops[0], ops[1])
+    c = ops[3] if atom and len(ops) > 3 else None
+    t = ins.types[-1]
+    w = TYPE_BITS[t]
+    op = next((m for m in ins.modifiers if m in _ATOM_OPS), None)
+    if op is None or w not in (32, 64) or t[0] == "f":
+        _refuse(ins, f"a .{op} atomic on .{t} (the machine runs integer atomics of 32 and 64 bits)")
+    space = _space(ins)
+    if not isinstance(aop, Addr):
+        _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
+    mods = ".".join(m for m in ins.modifiers if m in _SPACES)
+    ld = ".".join(["ld"] + ([mods] if mods else []) + [f"u{w}"])
+    st = ld.replace("ld.", "st.", 1)
+    taint = None                          # b ^ b (^ c ^ c): 0, or undefined when an operand is
+    for x in (b, c):
+        if isinstance(x, Reg):
+            tx = em.tmp(w)
+            em.emit(f"xor.b{w} {tx}, {x}, {x}")
+            if taint is not None:
+                em.emit(f"xor.b{w} {tx}, {tx}, {taint}")
+            taint = tx
+    me = em.tmp(32)                       # this lane's turn: its lane, or 32 (never) if guarded off
+    g = ins.guard
+    if g is None:
+        em.emit(f"mov.u32 {me}, %laneid")
+    else:
+        on, off = ("%laneid", 32) if not g.negated else (32, "%laneid")
+        em.emit(f"selp.b32 {me}, {on}, {off}, {g.reg}")
+    i = em.tmp(32)
+    em.emit(f"mov.u32 {i}, 0")
+    old = em.tmp(w)
+    top = em.label()
+    em.place(top)
+    p = em.tmp(1)
+    em.emit(f"setp.eq.u32 {p}, {me}, {i}")
+    em.emit(f"@{p} {ld} {old}, {aop}")
+    new = _ATOM_OPS[op](em, w, t, old, b, c)
+    x = em.tmp(w)                         # the stored value carries the old word's poison too
+    em.emit(f"xor.b{w} {x}, {old}, {old}")
+    if taint is not None:
+        em.emit(f"xor.b{w} {x}, {x}, {taint}")
+    em.emit(f"xor.b{w} {x}, {x}, {new}")
+    new = x
+    em.emit(f"@{p} {st} {aop}, {new}")
+    em.emit(f"add.u32 {i}, {i}, 1")
+    q = em.tmp(1)
+    em.emit(f"setp.lt.u32 {q}, {i}, %ntid.x")
+    em.emit(f"@{q} bra {top}")
+    if atom and not isinstance(d, Sink):
+        em.emit(f"{g or ''} mov.b{w} {d}, {old}".strip())
+
+
+def _bin(name):
+    """old <name> b; min / max compare as the atomic's type (signed for .s32 / .s64)."""
+    def f(em, w, t, old, b, c):
+        kind = "b" if name in ("and", "or", "xor") else "s" if t[0] == "s" else "u"
+        r = em.tmp(w)
+        em.emit(f"{name}.{kind}{w} {r}, {old}, {b}")
+        return r
+    return f
+
+
+def _exch(em, w, t, old, b, c):
+    r = em.tmp(w)
+    em.emit(f"mov.b{w} {r}, {b}")
+    return r
+
+
+def _cas(em, w, t, old, b, c):
+    e = em.tmp(1)
+    em.emit(f"setp.eq.b{w} {e}, {old}, {b}")
+    r = em.tmp(w)
+    em.emit(f"selp.b{w} {r}, {c}, {old}, {e}")
+    return r
+
+
+def _inc(em, w, t, old, b, c):
+    """(old >= b) ? 0 : old + 1"""
+    ge = em.tmp(1)
+    em.emit(f"setp.ge.u{w} {ge}, {old}, {b}")
+    up = em.tmp(w)
+    em.emit(f"add.u{w} {up}, {old}, 1")
+    r = em.tmp(w)
+    em.emit(f"selp.b{w} {r}, 0, {up}, {ge}")
+    return r
+
+
+def _dec(em, w, t, old, b, c):
+    """(old == 0 || old > b) ? b : old - 1"""
+    z = em.tmp(1)
+    em.emit(f"setp.eq.u{w} {z}, {old}, 0")
+    gt = em.tmp(1)
+    em.emit(f"setp.gt.u{w} {gt}, {old}, {b}")
+    em.emit(f"or.pred {z}, {z}, {gt}")
+    down = em.tmp(w)
+    em.emit(f"sub.u{w} {down}, {old}, 1")
+    r = em.tmp(w)
+    em.emit(f"selp.b{w} {r}, {b}, {down}, {z}")
+    return r
+
+
+_ATOM_OPS = {"add": _bin("add"), "min": _bin("min"), "max": _bin("max"), "and": _bin("and"),
+             "or": _bin("or"), "xor": _bin("xor"), "exch": _exch, "cas": _cas, "inc": _inc, "dec": _dec}

@@ -1,0 +1,204 @@
+"""Memory instructions as word accesses for one warp (gpu_layers.machine.word_memory): the lowered
+kernel computes what the original computes, bit for bit, faults where it faults, and the machine
+core accepts it (it serves only scalar 32/64-bit words)."""
+import numpy as np
+import pytest
+
+from gpu_layers.errors import ExecutionError, OutOfBounds, UnsupportedPTX
+from gpu_layers.interp import launch, launch_args, module_for
+from gpu_layers.interp.snippets import kernel_ptx
+from gpu_layers.machine import allocate, lower
+from gpu_layers.machine.core import launch_tokens
+from gpu_layers.ptx.parser import parse_ptx
+
+HEAD = """\tld.param.u64 \t%rd1, [out];
+\tcvta.to.global.u64 \t%rd1, %rd1;
+\tld.param.u64 \t%rd3, [inp];
+\tcvta.to.global.u64 \t%rd3, %rd3;
+\tmov.u32 \t%r100, %tid.x;
+\tmul.wide.u32 \t%rd2, %r100, 4;
+\tadd.s64 \t%rd9, %rd1, %rd2;
+\tadd.s64 \t%rd8, %rd3, %rd2;
+\tsetp.lt.u32 \t%p9, %r100, 27;
+"""
+PARAMS = (("out", "u64"), ("inp", "u64"))
+DECLS = "\t.shared .align 8 .b8 sh[256];\n"
+
+
+def _kernel(body):
+    return parse_ptx(kernel_ptx(HEAD + body + "\tret;\n", params=PARAMS, decls=DECLS)).kernel()
+
+
+def _inputs(n_out=64):
+    rng = np.random.default_rng(7)
+    return [np.zeros(n_out, np.uint32), rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)]
+
+
+def _same(body, block=32, n_out=64):
+    """Original and lowered kernel on the interpreter: equal buffers; the core accepts the launch."""
+    k = _kernel(body)
+    mk = lower(k, one_warp=True)
+    a = launch(k, 1, block, _inputs(n_out))
+    b = launch(mk, 1, block, _inputs(n_out))
+    for x, y in zip(a.buffers, b.buffers):
+        assert x.tobytes() == y.tobytes()
+    ak, _ = allocate(mk)
+    launch_tokens(ak, (1, 1, 1), (block, 1, 1), _inputs(n_out), [0])
+    return a.buffers[0]
+
+
+def test_byte_stores_from_every_lane_merge_like_the_interpreter():
+    # lanes 0..31 store bytes to out + tid % 11: several lanes per byte (the last wins), several
+    # bytes per word (each kept), lanes 27.. guarded off
+    body = """\trem.u32 \t%r1, %r100, 11;
+\tcvt.u64.u32 \t%rd4, %r1;
+\tadd.s64 \t%rd5, %rd1, %rd4;
+\tmul.lo.u32 \t%r2, %r100, 37;
+\t@%p9 st.global.u8 \t[%rd5+1], %r2;
+\tcvt.u16.u32 \t%rs1, %r100;
+\t@!%p9 st.global.u16 \t[%rd1+40], %rs1;
+"""
+    out = _same(body)
+    assert out.view(np.uint8)[1:12].tolist() == [(37 * max(t for t in range(27) if t % 11 == j)) & 255
+                                                 for j in range(11)]
+
+
+def test_sub_word_loads_extend_into_every_register_width():
+    body = """\tcvt.u64.u32 \t%rd4, %r100;
+\tadd.s64 \t%rd5, %rd3, %rd4;
+\tld.global.s8 \t%r1, [%rd5+3];
+\tld.global.u8 \t%rs1, [%rd5];
+\t@%p9 ld.global.s16 \t%rd6, [%rd8+2];
+\tld.global.u16 \t%r2, [%rd8+2];
+\tcvt.u32.u16 \t%r3, %rs1;
+\tadd.u32 \t%r1, %r1, %r3;
+\tadd.u32 \t%r1, %r1, %r2;
+\tst.global.u32 \t[%rd9], %r1;
+\tmul.wide.u32 \t%rd6, %r100, 8;
+\tadd.s64 \t%rd7, %rd1, %rd6;
+\tst.global.u64 \t[%rd7+128], %rd6;
+"""
+    _same(body, block=16, n_out=96)
+
+
+def test_vector_loads_and_stores():
+    body = """\tand.b32 \t%r1, %r100, 7;
+\tmul.wide.u32 \t%rd4, %r1, 16;
+\tadd.s64 \t%rd5, %rd3, %rd4;
+\tld.global.v4.u32 \t{%r2, %r3, %r4, %r5}, [%rd5];
+\tld.global.v2.f32 \t{%f1, %f2}, [%rd5+8];
+\t@%p9 ld.global.v2.u8 \t{%rs1, %rs2}, [%rd5+6];
+\tld.global.v4.u8 \t{%rs3, %rs4, %rs5, %rs6}, [%rd5+4];
+\tadd.u32 \t%r2, %r2, %r5;
+\tmov.b32 \t%r6, %f2;
+\tmul.wide.u32 \t%rd6, %r100, 8;
+\tadd.s64 \t%rd7, %rd1, %rd6;
+\tst.global.v2.u32 \t[%rd7], {%r2, %r6};
+\tcvt.u32.u16 \t%r7, %rs2;
+\tcvt.u32.u16 \t%r8, %rs6;
+\tst.global.v2.u16 \t[%rd9+128], {%rs1, %rs3};
+\t@%p9 st.global.v2.u8 \t[%rd7+2], {%rs4, %rs5};
+"""
+    _same(body, block=16, n_out=96)
+
+
+def test_misaligned_accesses_fault_as_in_the_interpreter():
+    for body in ("\tld.global.u16 \t%rs1, [%rd8+1];\n", "\tst.global.u16 \t[%rd9+3], %rs1;\n",
+                 "\tld.global.v4.u32 \t{%r2, %r3, %r4, %r5}, [%rd8+8];\n"):
+        k = _kernel("\tmov.u16 \t%rs1, 5;\n" + body)
+        for kernel in (k, lower(k, one_warp=True)):
+            with pytest.raises(OutOfBounds):
+                launch(kernel, 1, 4, _inputs())
+
+
+@pytest.mark.parametrize("op", ["add.u32", "min.s32", "max.u32", "and.b32", "or.b32", "xor.b32",
+                                "exch.b32", "inc.u32", "dec.u32", "add.u64", "min.s64", "max.u64",
+                                "exch.b64", "cas.b32", "cas.b64"])
+def test_atomics_run_lane_by_lane_like_the_interpreter(op):
+    w = 64 if op.endswith("64") else 32
+    r = "%rd" if w == 64 else "%r"
+    # lanes hit 5 words (several lanes per word), lanes 27.. guarded off; the old values too
+    body = f"""\trem.u32 \t%r1, %r100, 5;
+\tmul.wide.u32 \t%rd4, %r1, 8;
+\tadd.s64 \t%rd5, %rd3, %rd4;
+\tmul.lo.u32 \t%r20, %r100, 2654435761;
+\tcvt.u64.u32 \t%rd20, %r20;
+\tshl.b64 \t%rd21, %rd20, 29;
+\txor.b64 \t%rd20, %rd20, %rd21;
+\tand.b32 \t%r21, %r100, 3;
+\tcvt.u64.u32 \t%rd22, %r21;
+"""
+    b, c = (f"{r}20", f"{r}22") if w == 64 else ("%r20", "%r21")
+    if op.startswith("cas"):
+        b, c = c, b
+        body += f"\t@%p9 atom.global.{op} \t{r}30, [%rd5], {b}, {c};\n"
+    else:
+        body += f"\t@%p9 atom.global.{op} \t{r}30, [%rd5], {b};\n"
+    body = f"\tmov.b{w} \t{r}30, 7;\n" + body
+    body += f"\tmul.wide.u32 \t%rd6, %r100, 8;\n\tadd.s64 \t%rd7, %rd1, %rd6;\n\tst.global.u{w} \t[%rd7], {r}30;\n"
+    body += f"\tred.global.add.u{w} \t[%rd3+256], {b};\n"
+    k = _kernel(body)
+    inp = np.random.default_rng(3).integers(0, 4, 80, dtype=np.uint64).astype(np.uint32)
+    if not op.startswith("cas"):            # cas: small words, so some compares succeed
+        inp[::2] |= np.uint32(1 << 31)
+    args = [np.zeros(64, np.uint32), inp]
+    a = launch(k, 1, 32, [x.copy() for x in args])
+    mk = lower(k, one_warp=True)
+    b = launch(mk, 1, 32, [x.copy() for x in args])
+    for x, y in zip(a.buffers, b.buffers):
+        assert x.tobytes() == y.tobytes(), op
+    launch_tokens(allocate(mk)[0], (1, 1, 1), (32, 1, 1), args, [0, 1])
+
+
+def test_an_exchange_with_a_shared_word_nothing_wrote_raises_in_both():
+    k = _kernel("\tatom.shared.exch.b32 \t%r1, [sh+8], %r100;\n\tst.global.u32 \t[%rd9], 1;\n")
+    for kernel in (k, lower(k, one_warp=True)):
+        with pytest.raises(ExecutionError):
+            launch(kernel, 1, 4, _inputs())
+
+
+def test_sub_word_shared_accesses_are_refused_by_name():
+    k = _kernel("\tld.shared.u8 \t%rs1, [sh+3];\n")
+    with pytest.raises(UnsupportedPTX, match="sub-word .shared access"):
+        lower(k, one_warp=True)
+    assert lower(k) is not None                 # the general lowering keeps the machine form
+
+
+def test_without_one_warp_the_lowering_keeps_memory_instructions_whole():
+    k = _kernel("\tld.global.u8 \t%rs1, [%rd8];\n\tatom.global.add.u32 \t%r1, [%rd8], 1;\n")
+    names = [i.name for i in lower(k).instructions]
+    assert "ld.global.u8" in names and "atom.global.add.u32" in names
+    names = [i.name for i in lower(k, one_warp=True).instructions]
+    assert not any(n.startswith(("atom", "red")) or n.endswith((".u8", ".u16")) for n in names)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    from pathlib import Path
+
+    from gpu_layers.cases import load_cases
+    from gpu_layers.suite import load_suite
+    from tests.conftest import require_gpu_truth
+    out = {c.name: c for c in load_suite()}
+    out.update({c.name: c for c in load_cases(Path(require_gpu_truth()) / "cases.json")})
+    return out
+
+
+WORD_CASES = ["rolling_hash", "atoi_segments", "crc32_bytes", "small_types", "minmax_clamp",
+              "struct_records", "strcmp_pairs", "mat4_transform", "scan_blelloch", "atomic_ops",
+              "atomic_wide", "bitwise_atomics", "cas_increment", "exch_claim", "histogram_atomic",
+              "ticket_atomics", "atomic_minmax_keys", "shared_histogram"]
+
+
+def test_suite_kernels_with_bytes_vectors_and_atomics_match_and_the_core_takes_them(cases):
+    for name in WORD_CASES:
+        c = cases[name]
+        k = module_for(c.ptx()).kernel(c.kernel)
+        mk = lower(k, one_warp=True)
+        a = launch(k, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+        b = launch(mk, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+        for x, y in zip(a.buffers, b.buffers):
+            assert (x is None and y is None) or x.tobytes() == y.tobytes(), name
+        outs = [i for i, arg in enumerate(c.args) if arg.is_buffer and arg.output]
+        launch_tokens(allocate(mk)[0], c.grid, c.block, launch_args(c), outs, c.dynamic_shared_bytes)
+
