@@ -32,7 +32,9 @@ Why the tokens are the stock path's tokens:
     of the machine-only model adds exact zeros (zero o_proj and MLP: tested), so it is not run.
     An LM-head row of zeros gives logit exactly 0 and is filled in as 0 before the argmax.
   * What is computed uses the same formulas, in the same order, in fp32, except that sums (norms,
-    projections) accumulate in fp64 and are rounded once, and libm differs: ~1e-7 relative. The compiled circuits
+    projections) accumulate in fp64 and are rounded once (the residual's sum of squares for the
+    RMSNorms is kept as the token passes the layers: each write adds new^2 - old^2, exact squares
+    in fp64, instead of summing all W entries at every norm), and libm differs: ~1e-7 relative. The compiled circuits
     re-digitize every MLP step with margins far above that (docs/blocks.md, DESIGN section 3) and
     their logits win by >= 2, so those differences never change a token. That is a claim about the
     circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
@@ -400,45 +402,51 @@ class FastMachine:
             conv.append(None if mx is None else np.zeros((mx.conv_w.shape[0] - 1, mx.C), dtype=F32))
         return FastState(self, S, conv)
 
-    def _norm(self, x, cols, w):
-        """Zero-centred RMSNorm over the whole residual, evaluated only at `cols`."""
-        return K.norm_cols(x, cols, w, float(self.W), self.eps)
-
-    def _mixer(self, mx: _Mixer, x, S, conv):
-        p = mx.w_in @ self._norm(x, mx.cols, mx.norm_w)       # qkv channels, z entries, b, [a]
-        H = len(mx.heads)
+    def _mixer(self, mx: _Mixer, x, ss, S, conv) -> float:
+        w = mx.w_in
+        p = K.norm_mv(x, ss, float(self.W), self.eps, mx.cols, mx.norm_w, w.colptr, w.rows, w.vals, w.shape[0])
+        H = len(mx.heads)                                     # p: qkv channels, z entries, b, [a]
         res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
                            mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
                            mx.dt_bias, mx.decay if mx.decay is not None else mx.neg_A, mx.gate_open,
                            mx.out_slot, mx.z_gather, mx.gnorm_w, mx.out_sel, float(self.dv), self.eps)
         if len(mx.out_sel):
-            x[mx.out_rows] += mx.w_out @ res
+            ss = K.add_rows(x, mx.out_rows, mx.w_out @ res, ss)
+        return ss
 
-    def _mlp(self, m: _MLP, x):
-        gu = m.w_gu @ self._norm(x, m.cols, m.norm_w)
-        x[m.rows] += m.w_down @ K.swiglu(gu, m.N)
+    def _mlp(self, m: _MLP, x, ss) -> float:
+        g, d = m.w_gu, m.w_down
+        return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, g.colptr, g.rows, g.vals, m.N,
+                           d.colptr, d.rows, d.vals, m.rows)
 
-    def _forward(self, state: FastState, token_id: int) -> np.ndarray:
-        """One token through every compiled layer (recurrent path); returns the logits (V,)."""
+    def _forward(self, state: FastState, token_id: int):
+        """One token through every compiled layer (recurrent path): the final residual and its sum
+        of squares (kept incrementally: K.add_rows)."""
         if not 0 <= token_id < self.V:
             raise IndexError(f"token {token_id} outside the machine vocabulary of {self.V}")
         x = np.zeros(self.W, dtype=F32)
         a, b = self.embed_ptr[token_id], self.embed_ptr[token_id + 1]
         x[self.embed_idx[a:b]] = self.embed_val[a:b]
+        ss = K.sum_squares(x, self.embed_idx[a:b])
         with np.errstate(over="ignore"):                   # exp overflow -> sigmoid 0, as in torch
             for L, S, conv in zip(self.layers, state.S, state.conv):
                 if L.mixer is not None:
-                    self._mixer(L.mixer, x, S, conv)
+                    ss = self._mixer(L.mixer, x, ss, S, conv)
                 if L.mlp is not None:
-                    self._mlp(L.mlp, x)
+                    ss = self._mlp(L.mlp, x, ss)
         state.tokens.append(int(token_id))
-        return self.head @ self._norm(x, self.head_cols, self.final_w)
+        return x, ss
 
     def step(self, state: FastState, token_id: int, logits: bool = False):
         """Feed one token; returns the greedy next token (int), or a copy of the logits (V,) as a
         torch tensor when logits=True."""
-        lg = self._forward(state, int(token_id))
-        return torch.from_numpy(lg.copy()) if logits else int(np.argmax(lg))
+        x, ss = self._forward(state, int(token_id))
+        h = self.head
+        if not logits:
+            return int(K.head_argmax(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, h.colptr,
+                                     h.rows, h.vals, self.V))
+        lg = K.norm_mv(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, h.colptr, h.rows, h.vals, self.V)
+        return torch.from_numpy(lg)
 
     def prefill(self, state: FastState, ids) -> int | None:
         """Feed many tokens (the recurrent step in a loop: exact); returns the greedy next token."""

@@ -17,19 +17,6 @@ F32 = np.float32
 
 
 @_jit
-def norm_cols(x, cols, w, width, eps):
-    """Zero-centred RMSNorm over the whole residual x, evaluated at `cols`: x[cols] * r * w."""
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += np.float64(x[i]) * x[i]
-    r = F32(1.0) / np.sqrt(F32(s / width) + eps)
-    out = np.empty(cols.shape[0], dtype=np.float32)
-    for i in range(cols.shape[0]):
-        out[i] = (x[cols[i]] * r) * w[i]
-    return out
-
-
-@_jit
 def csc_mv(colptr, rows, vals, n, x):
     """y = M x for M kept column by column (colptr, rows, vals; n rows): only the columns where
     x is nonzero are visited."""
@@ -44,11 +31,15 @@ def csc_mv(colptr, rows, vals, n, x):
 
 @_jit
 def swiglu(gu, n):
-    """silu(gate) * up for gu = [gate rows, up rows]."""
+    """silu(gate) * up for gu = [gate rows, up rows] (a zero factor gives +0 where the stock
+    product gives +-0: only csc_mv reads it, and it skips both)."""
     out = np.empty(n, dtype=np.float32)
     for i in range(n):
-        g = gu[i]
-        out[i] = (g * (F32(1.0) / (F32(1.0) + np.exp(-g)))) * gu[n + i]
+        g, u = gu[i], gu[n + i]
+        if g == F32(0.0) or u == F32(0.0):              # an exact (signed) zero: no exp; the next
+            out[i] = F32(0.0)                            # product skips zeros of either sign
+        else:
+            out[i] = (g * (F32(1.0) / (F32(1.0) + np.exp(-g)))) * u
     return out
 
 
@@ -74,7 +65,8 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
         p[c] = acc
     ext[0] = F32(0.0)
     for i in range(C + Z):                              # [0, silu(conv out), silu(z)]
-        ext[1 + i] = p[i] * (F32(1.0) / (F32(1.0) + np.exp(-p[i])))
+        pi = p[i]                                       # silu(0) = 0 exactly: no exp
+        ext[1 + i] = F32(0.0) if pi == F32(0.0) else pi * (F32(1.0) / (F32(1.0) + np.exp(-pi)))
     e = gather.shape[1] - 2 * d
     q = np.empty(d, dtype=np.float32)
     k = np.empty(d, dtype=np.float32)
@@ -136,3 +128,69 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
     for i in range(out_sel.shape[0]):
         res[i] = flat[out_sel[i]]
     return res
+
+
+# ---- fused per-layer steps: one call per mixer and per MLP, the residual's sum of squares kept
+# incrementally (each write adds new^2 - old^2, exact squares of float32 values in float64), so a
+# norm no longer sums the whole residual (W terms) at every layer
+
+
+@_jit
+def sum_squares(x, idx):
+    s = 0.0
+    for i in range(idx.shape[0]):
+        s += np.float64(x[idx[i]]) * x[idx[i]]
+    return s
+
+
+@_jit
+def add_rows(x, rows, d, ss):
+    """x[rows] += d (float32 adds, as numpy's); returns the residual's updated sum of squares."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        old = x[r]
+        new = old + d[i]
+        ss += np.float64(new) * new - np.float64(old) * old
+        x[r] = new
+    return ss
+
+
+@_jit
+def norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n):
+    """M @ RMSNorm(x)[cols] in float64 (M kept column by column over cols; the norm's mean square
+    is ss / width)."""
+    r = F32(1.0) / np.sqrt(F32(ss / width) + eps)
+    acc = np.zeros(n, dtype=np.float64)
+    for j in range(cols.shape[0]):
+        xj = np.float64((x[cols[j]] * r) * w[j])
+        if xj != 0.0:
+            for k in range(colptr[j], colptr[j + 1]):
+                acc[rows[k]] += vals[k] * xj
+    return acc
+
+
+@_jit
+def norm_mv(x, ss, width, eps, cols, w, colptr, rows, vals, n):
+    """norm_mv64 rounded once to float32."""
+    return norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n).astype(np.float32)
+
+
+@_jit
+def mlp_layer(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_vals, N, dn_ptr, dn_rows, dn_vals, out_rows):
+    """x += down(silu(gate n) * up n) for n = RMSNorm(x); returns the updated sum of squares."""
+    gu = norm_mv(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_vals, 2 * N)
+    y = csc_mv(dn_ptr, dn_rows, dn_vals, out_rows.shape[0], swiglu(gu, N))
+    return add_rows(x, out_rows, y, ss)
+
+
+@_jit
+def head_argmax(x, ss, width, eps, cols, w, colptr, rows, vals, V):
+    """The greedy token: argmax of the LM head's float32 logits (rows it does not keep are exactly
+    0), the first of equal ones, as np.argmax; one pass, no float32 copy."""
+    acc = norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, V)
+    best, arg = F32(acc[0]), 0
+    for i in range(1, V):
+        v = F32(acc[i])
+        if v > best:
+            best, arg = v, i
+    return arg
