@@ -367,27 +367,39 @@ WORD_KERNEL = """\tld.param.u64 \t%rd1, [out];
 \tmul.wide.u32 \t%rd10, %r7, 4;
 \tadd.s64 \t%rd11, %rd1, %rd10;
 \tst.global.u32 \t[%rd11+32], %r13;
+\tmov.u64 \t%SPL, __local_depot0;
+\tst.local.u32 \t[%SPL+4], %r8;
+\tld.local.u32 \t%r14, [%SPL+4];
+\tmov.u32 \t%r15, -1;
+\tshfl.sync.down.b32 \t%r16, %r14, 1, 6175, %r15;
+\tsetp.gt.u32 \t%p1, %r16, %r14;
+\tvote.sync.ballot.b32 \t%r17, %p1, %r15;
+\tadd.u32 \t%r18, %r16, %r17;
+\tst.global.u32 \t[%rd11+96], %r18;
 \tret;
 """
 
 
-def test_core_runs_bytes_vectors_atomics_and_a_2d_launch(core):
-    """One kernel with what core.machine_kernel turns into scalar word accesses: a 2-D grid and
+def test_core_runs_bytes_vectors_atomics_local_memory_shuffles_and_a_2d_launch(core):
+    """One kernel with what core.machine_kernel lowers into scalar word accesses: a 2-D grid and
     block (flattened), a vector load, a signed byte load, byte stores from every thread into
-    shared words, and an atomic add eight threads apply to one word (a loop over the lanes).
+    shared words, an atomic add eight threads apply to one word (a loop over the lanes), a local
+    word (a frame per lane in shared memory), a shuffle and a ballot (a staging array).
     The model generates the trace and the dump; the outputs equal the original kernel's."""
     from gpu_layers.interp.snippets import kernel_ptx
     from gpu_layers.machine.core import machine_kernel
     from gpu_layers.ptx.parser import parse_ptx
 
     fm, ids = core
-    k = parse_ptx(kernel_ptx(WORD_KERNEL, params=(("out", "u64"), ("inp", "u64")))).kernel()
+    decls = "\t.local .align 8 .b8 \t__local_depot0[8];\n\t.reg .b64 \t%SPL;\n"
+    k = parse_ptx(kernel_ptx(WORD_KERNEL, params=(("out", "u64"), ("inp", "u64")), decls=decls)).kernel()
     rng = np.random.default_rng(5)
-    args = [np.zeros(24, np.uint32), rng.integers(0, 2**32, 32, dtype=np.uint64).astype(np.uint32)]
+    args = [np.zeros(40, np.uint32), rng.integers(0, 2**32, 32, dtype=np.uint64).astype(np.uint32)]
     grid, block = (1, 2, 1), (4, 2, 1)
     mk, fgrid, fblock = machine_kernel(k, grid, block, args)
     assert (fgrid, fblock) == ((2, 1, 1), (8, 1, 1))
-    assert not any(i.opcode == "atom" or i.types[-1:] in (("u8",), ("s8",)) for i in mk.instructions)
+    assert not any(i.opcode in ("atom", "shfl", "vote") or i.types[-1:] in (("u8",), ("s8",))
+                   or "local" in i.modifiers for i in mk.instructions)
     prompt, want, lay, _ = launch_tokens(mk, fgrid, fblock, args, [0])
     got, bad = run_core(fm, ids, prompt, want)
     assert bad is None and got == want

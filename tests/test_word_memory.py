@@ -184,13 +184,15 @@ def cases():
     return out
 
 
-WORD_CASES = ["rolling_hash", "atoi_segments", "crc32_bytes", "small_types", "minmax_clamp",
+WORD_CASES = ["rolling_hash", "local_sort", "local_table", "rpn_eval", "warp_scan", "warp_compact", "atoi_segments", "crc32_bytes", "small_types", "minmax_clamp",
               "struct_records", "strcmp_pairs", "mat4_transform", "scan_blelloch", "atomic_ops",
               "atomic_wide", "bitwise_atomics", "cas_increment", "exch_claim", "histogram_atomic",
               "ticket_atomics", "atomic_minmax_keys", "shared_histogram"]
 
 
 def test_suite_kernels_with_bytes_vectors_and_atomics_match_and_the_core_takes_them(cases):
+    from gpu_layers.machine.core import core_circuit
+    vocab = {n for n, _ in core_circuit().tokens}       # every token the oracle gives is the model's
     for name in WORD_CASES:
         c = cases[name]
         k = module_for(c.ptx()).kernel(c.kernel)
@@ -200,5 +202,67 @@ def test_suite_kernels_with_bytes_vectors_and_atomics_match_and_the_core_takes_t
         for x, y in zip(a.buffers, b.buffers):
             assert (x is None and y is None) or x.tobytes() == y.tobytes(), name
         outs = [i for i, arg in enumerate(c.args) if arg.is_buffer and arg.output]
-        launch_tokens(allocate(mk)[0], c.grid, c.block, launch_args(c), outs, c.dynamic_shared_bytes)
+        prompt, want, _, _ = launch_tokens(allocate(mk)[0], c.grid, c.block, launch_args(c), outs,
+                                           c.dynamic_shared_bytes)
+        assert set(prompt + want) <= vocab, (name, sorted(set(prompt + want) - vocab)[:3])
 
+
+
+LOCAL = "\t.local .align 16 .b8 \t__local_depot0[40];\n"
+
+
+def _local_kernel(body):
+    head = HEAD + "\tmov.u64 \t%SPL, __local_depot0;\n"
+    decls = DECLS + LOCAL + "\t.reg .b64 \t%SPL;\n"
+    return parse_ptx(kernel_ptx(head + body + "\tret;\n", params=PARAMS, decls=decls)).kernel()
+
+
+def test_local_memory_lives_in_one_frame_per_lane_of_shared_memory():
+    # every lane writes its own 40 bytes (a vector, a packed vector mov, a guarded scalar) and
+    # reads them back (a vector, a lane-dependent word, an unpacking mov); lanes 27.. skip the
+    # guarded store, so their load of it reads a word nothing wrote (undefined; a select drops it)
+    body = """\tand.b32 \t%r1, %r100, 3;
+\tmul.wide.u32 \t%rd4, %r1, 4;
+\tadd.s64 \t%rd5, %SPL, %rd4;
+\tst.local.v4.u32 \t[%SPL], {%r100, %r1, %r100, %r1};
+\tmov.b64 \t%rd6, {%r100, %r1};
+\tst.local.u64 \t[%SPL+16], %rd6;
+\t@%p9 st.local.u32 \t[%SPL+24], %r100;
+\tld.local.v2.u32 \t{%r2, %r3}, [%SPL+8];
+\tld.local.u32 \t%r4, [%rd5];
+\tld.local.u64 \t%rd7, [%SPL+16];
+\tmov.b64 \t{%r5, %r6}, %rd7;
+\tld.local.u32 \t%r7, [%SPL+24];
+\tselp.b32 \t%r8, %r7, 5, %p9;
+\tadd.u32 \t%r2, %r2, %r3;
+\tadd.u32 \t%r2, %r2, %r4;
+\tadd.u32 \t%r2, %r2, %r6;
+\tadd.u32 \t%r2, %r2, %r8;
+\tst.global.u32 \t[%rd9], %r2;
+"""
+    k = _local_kernel(body)
+    mk = lower(k, one_warp=True)
+    assert not any("local" in i.modifiers for i in mk.instructions if i.opcode in ("ld", "st"))
+    a, b = launch(k, 1, 32, _inputs()), launch(mk, 1, 32, _inputs())
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+    launch_tokens(allocate(mk)[0], (1, 1, 1), (32, 1, 1), _inputs(), [0])
+
+
+def test_a_local_access_past_the_frame_faults_as_in_the_interpreter():
+    # lane 3 stores 4 bytes at local address 40: outside its 40 bytes (the next lane's frame in
+    # shared memory, which must not be reached)
+    body = ("\tmul.wide.u32 \t%rd4, %r100, 8;\n\tadd.s64 \t%rd5, %SPL, %rd4;\n"
+            "\tst.local.u32 \t[%rd5+16], %r100;\n")
+    k = _local_kernel(body)
+    for kernel in (k, lower(k, one_warp=True)):
+        launch(kernel, 1, 3, _inputs())                 # lanes 0..2: in range
+        with pytest.raises(OutOfBounds):
+            launch(kernel, 1, 4, _inputs())
+
+
+def test_the_core_refuses_sub_word_accesses_with_a_buffer_of_part_words():
+    from gpu_layers.machine.core import CoreError, machine_kernel
+    k = _kernel("\tld.global.u8 \t%rs1, [%rd8];\n")
+    machine_kernel(k, (1, 1, 1), (4, 1, 1), _inputs())
+    with pytest.raises(CoreError, match="buffer argument 1 has 6 bytes"):
+        machine_kernel(k, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32), np.zeros(6, np.uint8)])

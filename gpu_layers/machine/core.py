@@ -190,8 +190,9 @@ def machine_kernel(kernel, grid, block, args=()):
 
     The launch is made one-dimensional (gpu_layers.machine.flatten: the datapath has only the
     linear thread and block indices), the kernel lowered for one warp (memory instructions as
-    scalar word accesses, gpu_layers.machine.word_memory: their sequences are atomic only when no
-    other warp runs between their steps) and register-allocated. Refused by name: a block of
+    scalar word accesses, gpu_layers.machine.word_memory; shuffles and votes through shared
+    memory, gpu_layers.machine.warp_exchange: their sequences are atomic only when no other
+    warp runs between their steps) and register-allocated. Refused by name: a block of
     several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
     would be out of range where the byte is not)."""
     from gpu_layers.machine.flatten import flatten_launch
@@ -262,6 +263,9 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
             b = rp.slots[m.value] if m.kind == "store" else SRC_NONE     # port b reads a store's value
             ps, pm = tok_ps(a, b), tok_pm(m.kind, m.space, m.size)
         else:
+            if op.b in (SRC_TID, SRC_CTAID):
+                raise CoreError(f"line {ins.line}: `{ins.text}` reads {SRC_NAMES[op.b]} as its second "
+                                "operand: the core's operand b is a register or the immediate")
             po = tok_po(op.op, op.width, dst) if op.op is not None else tok_po(None)
             ps, imm, pm = tok_ps(op.a, op.b), op.imm, tok_pm(None)
         out += [f"<pa {p}>", C.control_word(ins, nthreads), R.tok_pd(*dest) if dest else R.tok_pd(None),

@@ -36,11 +36,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Module, Reg, RegDecl, Vec
+from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Module, Reg, RegDecl, Sink, Vec
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
-from . import softfloat, word_memory
+from . import softfloat, warp_exchange, word_memory
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
@@ -93,7 +93,8 @@ def machine_problems(kernel) -> list[str]:
 def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks of one warp (the machine core's scope), memory instructions become
-    scalar word accesses (gpu_layers.machine.word_memory: vectors, sub-word accesses, atomics).
+    scalar word accesses of .global and .shared (gpu_layers.machine.word_memory: vectors,
+    sub-word accesses, atomics, local memory in per-lane frames of shared memory).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -102,6 +103,15 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
     if problems:
         raise UnsupportedPTX(problems)
     em = _Emitter(kernel, one_warp)
+    frames = word_memory.local_frames(kernel) if one_warp else None
+    if frames:                              # local memory: every lane's frame in shared memory
+        var, frame, em.local_size = frames
+        em.regbits[word_memory.LANE_FRAME] = 32
+        word_memory.frame_prologue(em, frame)
+    stage = warp_exchange.staging(kernel) if one_warp else None
+    if stage:                               # shuffles: a staging array in shared memory
+        em.regbits[warp_exchange.EPOCH] = 32
+        warp_exchange.prologue(em)
     starts = []
     for ins in kernel.instructions:
         starts.append(len(em.code))
@@ -121,7 +131,14 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
     labels = {name: starts[i] for name, i in kernel.labels.items()}
     labels.update(em.labels)
     calls, returns = softfloat.call_table(em)
-    out = replace(kernel, regs=list(kernel.regs) + em.decls(), instructions=em.code, labels=labels,
+    regs, kvars = list(kernel.regs) + em.decls(), list(kernel.vars)
+    if frames:
+        regs.append(RegDecl(type="b32", names=[word_memory.LANE_FRAME], line=0))
+        kvars.append(frames[0])
+    if stage:
+        regs.append(RegDecl(type="b32", names=[warp_exchange.EPOCH], line=0))
+        kvars.append(stage)
+    out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns)
     src = kernel.module
     out.module = Module(version=src.version if src else "", target=src.target if src else "",
@@ -185,6 +202,12 @@ class _Emitter:
         if self.one_warp and word_memory.needs(ins, self.regbits):
             word_memory.expand(self, ins)
             return
+        if self.one_warp and warp_exchange.needs(ins):
+            warp_exchange.expand(self, ins)
+            return
+        if ins.opcode == "mov" and any(isinstance(o, Vec) for o in ins.operands):
+            _vector_mov(self, ins)
+            return
         imms = _imm_positions(ins)
         if len(imms) > 1 and SUPPORTED[ins.name].kind != "bar":
             ops = list(ins.operands)
@@ -218,6 +241,35 @@ class _Emitter:
 
 
 _MOV_TYPE = {"b8": "b16", "u8": "u16", "s8": "s16"}        # mov has no 8-bit forms
+
+
+def _vector_mov(em, ins):
+    """mov.bW d, {a, b, ..} (pack: element i at bits i * W/n) and mov.bW {a, b, ..}, s (unpack)
+    as shifts, ors and truncating conversions: the datapath moves one register per step.
+    Temporaries unguarded, the destinations written under the guard; an undefined element makes
+    the packed word undefined, an undefined word every element (the interpreter's "prop")."""
+    d, src = ins.operands
+    w = TYPE_BITS[ins.types[0]]
+    g = _guard(ins)
+    if isinstance(d, Vec):                                  # unpack
+        ew = w // len(d.elems)
+        for i, e in enumerate(d.elems):
+            if isinstance(e, Sink):
+                continue
+            x = str(src)
+            if i:
+                x = _op(em, w, "shr", x, i * ew, f"u{w}")
+            em.emit(f"{g}cvt.u{max(ew, 16)}.u{w} {e}, {x}" if ew < w else f"{g}mov.b{w} {e}, {x}")
+        return
+    ew = w // len(src.elems)
+    acc = None
+    for i, e in enumerate(src.elems):
+        x = _ext(em, ew, str(e), False, w)
+        if i:
+            x = _op(em, w, "shl", x, i * ew)
+            x = _op(em, w, "or", acc, x)
+        acc = x
+    em.emit(f"{g}mov.b{w} {d}, {acc}")
 
 
 def _imm_positions(ins) -> list:

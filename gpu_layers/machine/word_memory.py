@@ -13,7 +13,11 @@ and step. Everything else that touches memory becomes a sequence of such accesse
   * a signed 32-bit load into a 64-bit register: a 32-bit load and a sign extension;
   * atomics (atom, red; integer and bit types, and the compare-and-swap of float atomic adds):
     a loop over the warp's lanes in ascending order (the interpreter's order), in which only
-    lane i loads, computes and stores: each atomic sees every earlier lane's.
+    lane i loads, computes and stores: each atomic sees every earlier lane's;
+  * local memory: each lane's frame (the local size rounded up to 16 bytes) in a shared array
+    (`local_frames`: 32 frames), its address computed once at the kernel's entry; each access is
+    checked against the local size first (frames are adjacent: an overrun would reach the next
+    lane's) and becomes the same access to shared memory.
 
 Why only for one warp: a sequence is atomic only if no other thread's instruction runs between
 its steps. The interpreter runs blocks one after another and a warp's instructions in order, so
@@ -51,6 +55,8 @@ def needs(ins, regbits: dict) -> bool:
         return True
     if op not in ("ld", "st") or "param" in ins.modifiers or "const" in ins.modifiers:
         return False
+    if "local" in ins.modifiers:
+        return True
     bits = TYPE_BITS.get(ins.types[0], 0) if ins.types else 0
     if any(m in _VEC for m in ins.modifiers) or bits < 32:
         return True
@@ -58,7 +64,9 @@ def needs(ins, regbits: dict) -> bool:
 
 
 def expand(em, ins):
-    if ins.opcode in ("atom", "red"):
+    if "local" in ins.modifiers:
+        _local(em, ins)
+    elif ins.opcode in ("atom", "red"):
         _atomic(em, ins)
     elif ins.opcode == "ld":
         _load(em, ins)
@@ -137,12 +145,21 @@ class _Access:
             r = r2
         p = em.tmp(1)
         em.emit(f"setp.ne.u32 {p}, {r}, 0")
-        junk = em.tmp(32)
-        em.emit(f"@{p} ld.global.u32 {junk}, [0]")
+        em.emit(f"@{p} ld.global.u32 {r}, [0]")       # faults: r is never written
 
     def word_ops(self) -> str:
         """ld/st modifiers without the vector count."""
         return ".".join(m for m in self.ins.modifiers if m not in _VEC)
+
+
+def _fresh(em, bits, guarded) -> str:
+    """A fresh temporary; set to 0 first when a guarded instruction will write it (a guarded
+    write reads its destination: never written, it would be live, and undefined, from the
+    kernel's entry, and every such temporary would take a register-file slot)."""
+    t = em.tmp(bits)
+    if guarded:
+        em.emit(f"mov.b{bits} {t}, 0")
+    return t
 
 
 def _opname(ins, mods, t) -> str:
@@ -165,21 +182,21 @@ def _load(em, ins):
             acc.check_align(lo, 2)
         wa = em.tmp(w)
         em.emit(f"and.b{w} {wa}, {ea}, -4")
-        word = em.tmp(32)
+        word = _fresh(em, 32, g)
         em.emit(f"{g}{_opname(ins, mods, 'u32')} {word}, [{wa}]")
         shift = em.tmp(32)
         em.emit(f"and.b32 {shift}, {lo}, 3")
         em.emit(f"shl.b32 {shift}, {shift}, 3")
         words = [(word, 32)]
     elif acc.total == 4:
-        word = em.tmp(32)
+        word = _fresh(em, 32, g)
         em.emit(f"{g}{_opname(ins, mods, 'u32')} {word}, {acc.addr()}")
         words = [(word, 32)]
     else:
         if acc.total == 16:
             acc.check_align(acc.ea()[2], 16)
         for k in range(acc.total // 8):
-            word = em.tmp(64)
+            word = _fresh(em, 64, g)
             em.emit(f"{g}{_opname(ins, mods, 'u64')} {word}, {acc.addr(8 * k)}")
             words.append((word, 64))
     signed = acc.t[0] == "s"
@@ -285,10 +302,10 @@ def _store(em, ins):
         on, off = (pos, 4) if not gp.negated else (4, pos)
         em.emit(f"selp.b32 {t}, {on}, {off}, {gp.reg}")
         pos = t
+    word = _fresh(em, 32, True)
     for k in range(0, 4, acc.total):
         p = em.tmp(1)
         em.emit(f"setp.eq.u32 {p}, {pos}, {k}")
-        word = em.tmp(32)
         em.emit(f"@{p} {_opname(ins, mods, 'u32').replace('st.', 'ld.', 1)} {word}, [{wa}]")
         em.emit(f"and.b32 {word}, {word}, {keep}")
         em.emit(f"or.b32 {word}, {word}, {put}")
@@ -363,14 +380,13 @@ def _atomic(em, ins):
             taint = tx
     me = em.tmp(32)                       # this lane's turn: its lane, or 32 (never) if guarded off
     g = ins.guard
-    if g is None:
-        em.emit(f"mov.u32 {me}, %laneid")
-    else:
-        on, off = ("%laneid", 32) if not g.negated else (32, "%laneid")
+    em.emit(f"mov.u32 {me}, %laneid")
+    if g is not None:                     # (%laneid only as operand a: the core reads it there)
+        on, off = (me, 32) if not g.negated else (32, me)
         em.emit(f"selp.b32 {me}, {on}, {off}, {g.reg}")
     i = em.tmp(32)
     em.emit(f"mov.u32 {i}, 0")
-    old = em.tmp(w)
+    old = _fresh(em, w, True)
     top = em.label()
     em.place(top)
     p = em.tmp(1)
@@ -443,3 +459,80 @@ def _dec(em, w, t, old, b, c):
 
 _ATOM_OPS = {"add": _bin("add"), "min": _bin("min"), "max": _bin("max"), "and": _bin("and"),
              "or": _bin("or"), "xor": _bin("xor"), "exch": _exch, "cas": _cas, "inc": _inc, "dec": _dec}
+
+
+# ------------------------------------------------------------------------------ local memory
+
+LOCAL_FRAMES = "__mq_local"      # the shared array holding every lane's local memory
+LANE_FRAME = "%mq_frame"         # this lane's frame in it (a shared address), set at entry
+
+
+def local_frames(kernel):
+    """(the shared VarDecl of the lanes' frames, frame bytes, local bytes) when the kernel accesses
+    local memory, else None. A lane's frame is its local memory: 32 frames of the local size
+    rounded up to 16 bytes, so a frame keeps every alignment of the local address inside it."""
+    from gpu_layers.interp.decode import make_layout
+    from gpu_layers.ptx.ir import VarDecl
+
+    if not any(i.opcode in ("ld", "st") and "local" in i.modifiers for i in kernel.instructions):
+        return None
+    size = make_layout(kernel).local_size
+    frame = max(16, -(-size // 16) * 16)
+    return VarDecl("shared", LOCAL_FRAMES, "b8", 0, align=16, array=[32 * frame]), frame, size
+
+
+def frame_prologue(em, frame):
+    """LANE_FRAME = LOCAL_FRAMES + %laneid * frame (once, at the kernel's entry)."""
+    from gpu_layers.machine.lower import _mul_const
+
+    off = _mul_const(em, 32, "%laneid", frame)
+    em.emit(f"mov.u32 {LANE_FRAME}, {LOCAL_FRAMES}")
+    em.emit(f"add.u32 {LANE_FRAME}, {LANE_FRAME}, {off}")
+
+
+def _local(em, ins):
+    """A local access as the same access to the lane's frame in shared memory. The local address
+    is checked against the local size first (a guarded load from address 0 faults where the
+    original's out-of-range local access would): frames are adjacent, so an overrun would
+    otherwise reach the next lane's. Shared words and local bytes follow the same rules for
+    what was never written (interp/memory.py's Region), so loads read what the original reads."""
+    from dataclasses import replace
+
+    is_ld = ins.opcode == "ld"
+    aop = ins.operands[1] if is_ld else ins.operands[0]
+    vals = ins.operands[0] if is_ld else ins.operands[1]
+    if not isinstance(aop, Addr):
+        _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
+    n = len(vals.elems) if isinstance(vals, Vec) else 1
+    size = TYPE_BITS[ins.types[0]] // 8 * n
+    ea = em.tmp(64)
+    if isinstance(aop.base, Reg):
+        w = em.regbits.get(aop.base.name, 64)
+        src = aop.base.name
+        if w == 32:
+            src = em.tmp(64)
+            em.emit(f"cvt.u64.u32 {src}, {aop.base}")
+        em.emit(f"add.u64 {ea}, {src}, {aop.offset}")
+    else:
+        em.emit(f"mov.u64 {ea}, {aop.base if isinstance(aop.base, Sym) else aop.offset}")
+        if isinstance(aop.base, Sym) and aop.offset:
+            em.emit(f"add.u64 {ea}, {ea}, {aop.offset}")
+    chk = ea
+    g = ins.guard
+    if g is not None:                       # lanes whose guard is false check address 0
+        on, off = (ea, 0) if not g.negated else (0, ea)
+        chk = em.tmp(64)
+        em.emit(f"selp.b64 {chk}, {on}, {off}, {g.reg}")
+    lo = em.tmp(32)
+    em.emit(f"cvt.u32.u64 {lo}, {ea}")
+    if em.local_size < size:                # never in range: every executing lane faults
+        em.emit(f"{g or ''} ld.global.u32 {lo}, [0]".strip())
+    else:                                   # (the load faults: lo is never written)
+        p = em.tmp(1)
+        em.emit(f"setp.gt.u64 {p}, {chk}, {em.local_size - size}")
+        em.emit(f"@{p} ld.global.u32 {lo}, [0]")
+    sa = em.tmp(32)
+    em.emit(f"add.u32 {sa}, {lo}, {LANE_FRAME}")
+    mods = tuple("shared" if m == "local" else m for m in ins.modifiers)
+    ops = [vals, Addr(Reg(sa), 0)] if is_ld else [Addr(Reg(sa), 0), vals]
+    em.push(replace(ins, modifiers=mods, name=ins.name.replace(".local", ".shared"), operands=ops))

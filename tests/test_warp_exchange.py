@@ -1,0 +1,120 @@
+"""Warp exchanges for one warp (gpu_layers.machine.warp_exchange): shfl.sync and vote.sync through
+a staging array in shared memory compute what the interpreter computes, bit for bit, the machine
+core accepts them, and what the sequence cannot wait for correctly (a partial membermask) or
+what the original raises on (reading an exited lane) faults."""
+import numpy as np
+import pytest
+
+from gpu_layers.errors import ExecutionError, OutOfBounds
+from gpu_layers.interp import launch
+from gpu_layers.interp.snippets import kernel_ptx
+from gpu_layers.machine import allocate, lower
+from gpu_layers.machine.core import launch_tokens
+from gpu_layers.ptx.parser import parse_ptx
+
+HEAD = """\tld.param.u64 \t%rd1, [out];
+\tcvta.to.global.u64 \t%rd1, %rd1;
+\tmov.u32 \t%r100, %tid.x;
+\tmul.wide.u32 \t%rd2, %r100, 4;
+\tadd.s64 \t%rd9, %rd1, %rd2;
+\tmul.lo.u32 \t%r1, %r100, 2654435761;
+\tmov.u32 \t%r99, -1;
+"""
+
+
+def _kernel(body):
+    return parse_ptx(kernel_ptx(HEAD + body + "\tret;\n")).kernel()
+
+
+def _same(body, block, n_out=256):
+    k = _kernel(body)
+    mk = lower(k, one_warp=True)
+    assert not any(i.opcode in ("shfl", "vote") for i in mk.instructions)
+    a = launch(k, 1, block, [np.zeros(n_out, np.uint32)])
+    b = launch(mk, 1, block, [np.zeros(n_out, np.uint32)])
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+    launch_tokens(allocate(mk)[0], (1, 1, 1), (block, 1, 1), [np.zeros(n_out, np.uint32)], [0])
+    return a.buffers[0]
+
+
+SHFL = """\tshfl.sync.{mode}.b32 \t%r2|%p1, %r1, {b}, {c}, %r99;
+\tselp.b32 \t%r3, 1, 0, %p1;
+\tst.global.u32 \t[%rd9+{o}], %r2;
+\tst.global.u32 \t[%rd9+{o2}], %r3;
+"""
+
+
+@pytest.mark.parametrize("block", [32, 20])
+def test_shuffles_of_every_mode_and_width_match_the_interpreter(block):
+    body = ""
+    cases = [("up", 1, 0), ("up", 3, 0x1800), ("down", 2, 31), ("down", 5, 0x1c1f), ("bfly", 4, 31),
+             ("bfly", 1, 0x1e1f), ("idx", 7, 31), ("idx", 3, 0x181f)]
+    for k, (mode, b, c) in enumerate(cases):
+        if block < 32 and mode in ("down", "bfly", "idx"):
+            continue                       # (lanes past the block: the interpreter raises)
+        body += SHFL.format(mode=mode, b=b, c=c, o=256 * k, o2=256 * k + 128)
+    out = _same(body.replace("+0]", "]"), block, n_out=512)
+    assert out.any()
+
+
+def test_a_shuffle_with_a_lane_dependent_source_in_a_loop():
+    body = """\tmov.u32 \t%r5, 0;
+$L1:
+\tand.b32 \t%r6, %r1, 31;
+\tshfl.sync.idx.b32 \t%r1, %r1, %r6, 31, %r99;
+\tadd.u32 \t%r5, %r5, 1;
+\tsetp.lt.u32 \t%p2, %r5, 3;
+\t@%p2 bra $L1;
+\tst.global.u32 \t[%rd9], %r1;
+"""
+    _same(body, 32)
+
+
+@pytest.mark.parametrize("block", [32, 13])
+def test_votes_match_the_interpreter(block):
+    body = """\tand.b32 \t%r2, %r1, 4;
+\tsetp.ne.u32 \t%p1, %r2, 0;
+\tsetp.lt.u32 \t%p2, %r100, 40;
+\tvote.sync.ballot.b32 \t%r3, %p1, %r99;
+\tvote.sync.any.pred \t%p3, %p1, %r99;
+\tvote.sync.all.pred \t%p4, %p2, %r99;
+\tvote.sync.uni.pred \t%p5, %p1, %r99;
+\tselp.b32 \t%r4, 1, 0, %p3;
+\tselp.b32 \t%r5, 2, 0, %p4;
+\tselp.b32 \t%r6, 4, 0, %p5;
+\tadd.u32 \t%r4, %r4, %r5;
+\tadd.u32 \t%r4, %r4, %r6;
+\tst.global.u32 \t[%rd9], %r3;
+\tst.global.u32 \t[%rd9+128], %r4;
+"""
+    out = _same(body, block)
+    assert out[0] != 0 and out[32] == 3
+
+
+def test_a_vote_after_lanes_exited_counts_only_the_others():
+    body = """\tsetp.ge.u32 \t%p1, %r100, 24;
+\t@%p1 ret;
+\tsetp.ne.u32 \t%p2, %r100, 1;
+\tvote.sync.ballot.b32 \t%r3, %p2, %r99;
+\tst.global.u32 \t[%rd9], %r3;
+"""
+    out = _same(body, 32)
+    assert out[0] == (1 << 24) - 1 - 2
+
+
+def test_a_partial_membermask_faults_where_the_interpreter_runs_it():
+    body = ("\tmov.u32 \t%r99, 65535;\n\tsetp.lt.u32 \t%p1, %r100, 16;\n\t@!%p1 ret;\n"
+            "\tshfl.sync.bfly.b32 \t%r2, %r1, 1, 31, %r99;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    k = _kernel(body)
+    launch(k, 1, 32, [np.zeros(32, np.uint32)])          # the original: lanes 0..15 exchange
+    with pytest.raises(OutOfBounds):
+        launch(lower(k, one_warp=True), 1, 32, [np.zeros(32, np.uint32)])
+
+
+def test_reading_a_lane_that_exited_raises_in_both():
+    body = ("\tsetp.eq.u32 \t%p1, %r100, 5;\n\t@%p1 ret;\n"
+            "\tshfl.sync.idx.b32 \t%r2, %r1, 5, 31, %r99;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    k = _kernel(body)
+    for kernel in (k, lower(k, one_warp=True)):
+        with pytest.raises(ExecutionError):
+            launch(kernel, 1, 32, [np.zeros(32, np.uint32)])
