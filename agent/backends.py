@@ -5,9 +5,13 @@
 
 * `interp`: the reference SIMT interpreter (gpu_layers.interp, through its public run_case API).
   It is the definition of the machine, so a run that completes is exact by definition.
-* `model`: the compiled machine inside the spliced checkpoint (the model generates the execution
-  trace itself). It does not exist yet: asking for it raises BackendUnavailable with a clear message.
-* `auto`: the model backend when it is available, else the interpreter.
+* `model`: the compiled machine core inside the model (gpu_layers.machine.backend: its compiled
+  layers, run by the fast executor, generate the whole trace and the dump; the outputs are decoded
+  from the generated tokens and compared with the interpreter's). Compiled on first use (about two
+  minutes, 7 GB) and cached; a few hundred tokens/s on a CPU; kernels outside the core's scope
+  (blocks of several warps, ...) raise a QwenGPUError naming why.
+* `auto`: the interpreter (the model backend runs only when asked for: it is slow and compiles
+  on first use).
 
 `args` are the launch's arguments in parameter order: numpy arrays (global buffers, in the
 interpreter's storage dtypes) or (type, value) scalar pairs ("i32", "u32", "i64", "u64", "f32").
@@ -51,6 +55,22 @@ class Backend:
         raise NotImplementedError
 
 
+def _case(ptx, entry, grid, block, dynamic_shared_bytes, args):
+    """The launch as a gpu_layers Case (every buffer an output, named arg{i})."""
+    from gpu_layers.cases import Case, CaseArg
+
+    cargs = []
+    for i, a in enumerate(args):
+        if isinstance(a, tuple):
+            t, v = a
+            cargs.append(CaseArg(f"arg{i}", t, value=v))
+        else:
+            cargs.append(CaseArg(f"arg{i}", {"int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+                                              "float32": "f32"}[str(a.dtype)] + "*", data=a, output=True))
+    return Case(name=f"agent:{entry}", kernel=entry, grid=tuple(grid), block=tuple(block), args=cargs,
+                dynamic_shared_bytes=dynamic_shared_bytes, ptx_text=ptx)
+
+
 class InterpreterBackend(Backend):
     """The reference interpreter (4 machine lanes)."""
     name = "interp"
@@ -59,19 +79,9 @@ class InterpreterBackend(Backend):
         self.lanes = lanes
 
     def run(self, ptx, entry, grid, block, dynamic_shared_bytes, args, step_budget):
-        from gpu_layers.cases import Case, CaseArg
         from gpu_layers.interp import run_case
 
-        cargs = []
-        for i, a in enumerate(args):
-            if isinstance(a, tuple):
-                t, v = a
-                cargs.append(CaseArg(f"arg{i}", t, value=v))
-            else:
-                cargs.append(CaseArg(f"arg{i}", {"int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
-                                                  "float32": "f32"}[str(a.dtype)] + "*", data=a, output=True))
-        case = Case(name=f"agent:{entry}", kernel=entry, grid=tuple(grid), block=tuple(block), args=cargs,
-                    dynamic_shared_bytes=dynamic_shared_bytes, ptx_text=ptx)
+        case = _case(ptx, entry, grid, block, dynamic_shared_bytes, args)
         t0 = time.perf_counter()
         res = run_case(case, lanes=self.lanes, step_budget=step_budget)
         dt = time.perf_counter() - t0
@@ -81,23 +91,37 @@ class InterpreterBackend(Backend):
 
 
 class ModelBackend(Backend):
-    """The compiled SIMT machine inside the spliced checkpoint: not built yet."""
+    """The compiled machine core inside the model: the interpreter runs the reference first (its
+    steps, trace fingerprint and any fault or budget error are the reference's), then the model
+    generates the launch; `buffers` are decoded from its tokens, `exact` says whether they equal
+    the reference's bit for bit."""
     name = "model"
+
+    def __init__(self, max_tokens: int = 5_000_000):
+        self.max_tokens = max_tokens
 
     @staticmethod
     def available() -> bool:
-        return False
+        return True
 
-    def __init__(self, *args, **kwargs):
-        raise BackendUnavailable(
-            "backend 'model' is not available yet: the compiled SIMT machine (PTX lowered to machine tokens "
-            "that the spliced checkpoint executes) has not been built in this version of qwenGPU. Use "
-            "--backend interp (the reference interpreter) or --backend auto.")
+    def run(self, ptx, entry, grid, block, dynamic_shared_bytes, args, step_budget):
+        from gpu_layers.machine.backend import run_case_model
+
+        ref = InterpreterBackend().run(ptx, entry, grid, block, dynamic_shared_bytes, args, step_budget)
+        case = _case(ptx, entry, grid, block, dynamic_shared_bytes, args)
+        t0 = time.perf_counter()
+        dec, got = run_case_model(case, max_tokens=self.max_tokens)
+        dt = time.perf_counter() - t0
+        buffers = [dec.get(f"arg{i}") if not isinstance(a, tuple) else None for i, a in enumerate(args)]
+        exact = all(r is None or (b is not None and r.tobytes() == b.tobytes())
+                    for r, b in zip(ref.buffers, buffers))
+        return RunOutput(buffers=buffers, steps=ref.steps, lane_issues=ref.lane_issues,
+                         fingerprint=ref.fingerprint, seconds=dt, tokens=len(got), exact=exact)
 
 
 def get_backend(name: str = "auto") -> Backend:
     if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
-    if name == "interp" or (name == "auto" and not ModelBackend.available()):
-        return InterpreterBackend()
-    return ModelBackend()
+    if name == "model":
+        return ModelBackend()
+    return InterpreterBackend()

@@ -103,7 +103,7 @@ def _setup(args):
 
     if args.attempts < 1:
         raise SystemExit("error: --attempts must be >= 1")
-    backend = get_backend(args.backend)          # fails fast on --backend model
+    backend = get_backend(args.backend)          # fails fast on an unknown backend
     prompts = load_prompts(args.prompts)
     db = ResultsDB(args.db)
     spec = args.model or default_model_spec()

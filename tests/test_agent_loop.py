@@ -5,6 +5,7 @@ extraction, signature checks, unsupported PTX, faults and a crashing model are r
 raised."""
 import json
 
+import numpy as np
 import pytest
 
 from agent.backends import BackendUnavailable, InterpreterBackend, get_backend
@@ -16,6 +17,7 @@ from agent.model import ChatModel, Generation
 from agent.prompts import load_prompts
 from agent.record import ResultsDB
 from agent.tasks import all_tasks, get_task
+from gpu_layers.errors import QwenGPUError
 from gpu_layers.ptx.validator import SUPPORTED
 
 TASKS = all_tasks()
@@ -250,10 +252,18 @@ def test_capabilities_follow_the_validator_table(monkeypatch):
 def test_backends():
     assert isinstance(get_backend("auto"), InterpreterBackend)
     assert get_backend("interp").name == "interp"
-    with pytest.raises(BackendUnavailable, match="not available yet"):
-        get_backend("model")
+    assert get_backend("model").name == "model"
     with pytest.raises(BackendUnavailable):
         get_backend("gpu")
+
+
+def test_the_model_backend_names_a_kernel_outside_the_core_before_compiling_it():
+    # 64 threads: two warps per block, which the machine core does not run (refused by name before
+    # any core is loaded); the interpreter's reference run comes first and succeeds
+    from gpu_layers.nvcc import compile_cuda
+    ptx = compile_cuda('extern "C" __global__ void k(int* a) { a[threadIdx.x] = threadIdx.x; }\n')
+    with pytest.raises(QwenGPUError, match="64 threads per block"):
+        get_backend("model").run(ptx, "k", (1, 1, 1), (64, 1, 1), 0, [np.zeros(64, np.int32)], 10_000)
 
 
 def test_adhoc_statement_is_compiled_and_validated_only(db, prompts):

@@ -197,12 +197,15 @@ def test_a_compile_error_shows_the_message_and_line(session):
     assert "Traceback" not in text
 
 
-def test_the_model_backend_says_it_is_not_built(session):
+def test_the_model_backend_names_a_kernel_the_core_does_not_run(session):
+    # bitonic_sort: 64 threads per block (two warps); refused by name before any core is loaded,
+    # so the run is the reference's alone
     s = session
-    s.page.get_by_label("Compiled model inside Qwen (not built yet)").check()
+    _set_example(s, "bitonic_sort")
+    s.page.get_by_label("Inside the model (the compiled machine core)").check()
     s.page.click("#run-button")
-    s.page.wait_for_selector("#run-result [data-verdict=unavailable]")
-    assert "not available yet" in s.page.inner_text("#run-result")
+    s.page.wait_for_selector("#run-result [data-verdict=reference-only]")
+    assert "the machine core does not run this kernel: 64 threads per block" in s.page.inner_text("#run-result")
 
 
 def _bars(page, elem_id):
@@ -310,7 +313,7 @@ def test_inside_view_steps_through_the_run(session):
     s.page.wait_for_selector("#step-view [data-snapshot='39']")
     assert int(s.page.get_attribute("#step-view [data-snapshot]", "data-step")) < step40
     assert s.page.locator("#step-view td.qg-w, #step-view td.qg-c").count() > 0
-    assert "not built yet" in s.page.inner_text("#layer-map")
+    assert "18 layers" in s.page.inner_text("#layer-map")
 
 
 def test_no_host_file_is_served(server):

@@ -328,3 +328,19 @@ def test_solve_records_every_attempt_and_free_text_is_unchecked(tmp_path):
         kw = dict(spec="scripted-units", task_name="vec_add", statement="", attempts=1) | bad
         with pytest.raises(QwenGPUError):
             solve(kw["spec"], kw["task_name"], kw["statement"], kw["attempts"], LOCAL, SolveView(), db_path=db)
+
+
+def test_the_model_backend_runs_the_kernel_inside_the_model():
+    # last_positive_short inside the compiled machine core (compiled on first use, then cached):
+    # the outputs decoded from the generated tokens equal the reference interpreter's
+    rep = run_prepared(prepare(example_input("last_positive_short"), LOCAL), LOCAL, backend="model")
+    assert rep.backend == "model" and rep.verdict == "exact", rep.machine_error
+    assert rep.tokens > 500 and rep.prompt_tokens > 0 and all(o.machine is not None for o in rep.outputs)
+    html = render.run_html(rep, LOCAL)
+    assert "inside the model" in html and "generated" in html
+
+
+def test_the_model_backend_names_what_the_core_does_not_run():
+    rep = run_prepared(prepare(example_input("bitonic_sort"), LOCAL), LOCAL, backend="model")
+    assert rep.verdict == "reference-only" and "64 threads per block" in rep.machine_error
+    assert "64 threads per block" in render.run_html(rep, LOCAL)

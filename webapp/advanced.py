@@ -197,7 +197,7 @@ def solve(spec: str, task_name: str | None, statement: str, attempts: int, limit
     backend = get_backend("auto")
     prompts = load_prompts()
     status(f"model {model.info.get('model_id')} · backend {backend.name} (the reference interpreter; the "
-           f"compiled model is not built yet) · prompts {prompts.version} · "
+           f"model backend is in Run CUDA) · prompts {prompts.version} · "
            + (f"task {task.name}: {task.statement}" if task is not None else
               "your own task: compiled and validated only (no inputs or checker; pick one of the agent's tasks "
               "to have it run and checked)"))

@@ -6,6 +6,7 @@ configured models (no local paths, no arbitrary hub downloads). Every limit is c
 server for every request (the Gradio API can be called without the page).
 
 Overrides (integers): QWENGPU_STEP_BUDGET, QWENGPU_MACHINE_STEP_BUDGET, QWENGPU_TIME_BUDGET_S,
+QWENGPU_MODEL_TIME_BUDGET_S (the model backend's generation),
 QWENGPU_CONCURRENCY (simultaneous kernel runs), QWENGPU_QUEUE_SIZE.
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Limits:
     step_budget: int = 1_000_000               # warp-instruction steps of the reference run
     machine_step_budget: int = 60_000          # steps of the machine-code (lowered) run
     time_budget_s: float = 20.0                # wall time of one run, compile excluded
+    model_time_budget_s: float = 120.0         # the model backend's generation (a few hundred tokens/s)
+    model_max_tokens: int = 200_000            # ... and its generated tokens
     inside_step_budget: int = 50_000           # machine steps recorded for the Inside view (its token
                                                # trace is held in memory while it is aligned)
     inside_max_snapshots: int = 256
@@ -54,13 +57,15 @@ def current_limits() -> Limits:
     public = is_public()
     base = Limits(public=True) if public else Limits(
         public=False, max_buffer_elements=1 << 20, max_threads=1 << 16, step_budget=5_000_000,
-        machine_step_budget=400_000, time_budget_s=120.0, inside_step_budget=100_000, max_attempts=5,
+        machine_step_budget=400_000, time_budget_s=120.0, model_time_budget_s=1800.0, model_max_tokens=2_000_000,
+        inside_step_budget=100_000, max_attempts=5,
         concurrency=2, queue_size=256)
     return replace(
         base,
         step_budget=_env_int("QWENGPU_STEP_BUDGET", base.step_budget),
         machine_step_budget=_env_int("QWENGPU_MACHINE_STEP_BUDGET", base.machine_step_budget),
         time_budget_s=float(_env_int("QWENGPU_TIME_BUDGET_S", int(base.time_budget_s))),
+        model_time_budget_s=float(_env_int("QWENGPU_MODEL_TIME_BUDGET_S", int(base.model_time_budget_s))),
         concurrency=_env_int("QWENGPU_CONCURRENCY", base.concurrency),
         queue_size=_env_int("QWENGPU_QUEUE_SIZE", base.queue_size),
     )

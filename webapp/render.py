@@ -82,6 +82,8 @@ def progress_html(p, limits=None) -> str:
                        "validating": "parsing and validating the PTX",
                        "reference": "running on the reference interpreter",
                        "machine": "running the machine code (the token stream the model will emit)",
+                       "loading": "loading the machine core (compiled on first use: about 2 minutes, 7 GB)",
+                       "model": "the model generates the trace (the machine core's compiled layers)",
                        "recording": "recording state snapshots", "tokens": "computing the token trace",
                        "done": "done"}.get(p.phase, p.phase))]
     if p.steps:
@@ -113,13 +115,24 @@ VERDICT_TEXT = {
 
 def run_html(rep, limits) -> str:
     label, kind, why = VERDICT_TEXT[rep.verdict]
-    if rep.verdict == "not-compared":
+    model = getattr(rep, "backend", "interp") == "model"
+    if rep.verdict == "not-compared" or (model and rep.verdict == "reference-only"):
         why = rep.machine_error or ""
+    elif model:
+        why = {"exact": "the outputs decoded from the tokens the model generated equal the reference "
+                        "interpreter's bit for bit",
+               "differs": "the outputs decoded from the tokens the model generated differ from the "
+                          "reference interpreter's"}[rep.verdict]
     facts = [("kernel", f"{rep.kernel}: grid {list(rep.grid)} x block {list(rep.block)} = {rep.nthreads} threads"),
              ("reference interpreter", f"{rep.steps:,} warp-instruction steps, {rep.lane_issues:,} lane-group issues "
                                        f"(4 lanes), {rep.ref_seconds * 1000:.0f} ms"),
              ("nvcc", f"{rep.compile_seconds:.2f} s (cached after the first compile)")]
-    if rep.tokens is not None:
+    if model and rep.tokens is not None:
+        facts.append(("inside the model", f"{rep.prompt_tokens:,} prompt tokens (program, launch, memory), "
+                                          f"{rep.tokens:,} tokens generated ({rep.tokens - rep.dump_tokens:,} of "
+                                          f"execution, {rep.dump_tokens:,} of output dump) by the machine core's "
+                                          f"compiled layers (fast executor), {rep.tokens_per_s:,.0f} tokens/s"))
+    elif rep.tokens is not None:
         facts.append(("machine code", f"{rep.machine_steps:,} machine steps, {rep.machine_issues:,} lane-group issues, "
                                       f"{rep.tokens:,} tokens ({rep.tokens - rep.dump_tokens:,} of execution, "
                                       f"{rep.dump_tokens:,} of output dump), {rep.tokens_per_s:,.0f} tokens/s "
@@ -245,27 +258,32 @@ def solve_html(view) -> str:
 # --------------------------------------------------------------------------------------- inside
 
 
-LAYER_MAP = [
-    ("1", "Apply the previous step", "per-thread PC / state heads; register write-back from the data tokens <d>; "
-                                     "the lane group's scratch"),
-    ("2", "Pick the next step", "the cursor rule as a priority encoder over one-hot PCs (the <wi W P> token)"),
-    ("3", "Fetch and decode", "the program in DeltaNet memory, one 64-bit slot per machine instruction"),
-    ("4", "Operand fetch", "register-file heads, three read ports per lane"),
-    ("5", "ALU", "one-step operations: add/sub, logic, shifts, compares, selects, min/max, byte ops"),
-    ("6", "Memory", "banked by word address mod 4; global, shared and local memory in separate banks"),
-    ("7", "Emit", "the step token <g> and the write-back data tokens <d>"),
+LAYER_MAP = [     # the machine core's 18 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
+    # scripts/residual_liveness.py and craft.assemble.schedule print the placement)
+    ("0-2", "Prompt and issue", "prompt registers (thread and block counts, the <pa> address), the program in "
+                                "8 banks per field (control words, operands, predicates, immediates), the "
+                                "issue register (the <wi W P H> token's PC and control word), the next PCs"),
+    ("3-5", "PC file", "one head per thread (32): each thread's PC, exited, waiting and phase"),
+    ("5-9", "Pick the next step", "the cursor rule (the lowest PC at or after the cursor), re-digitized, the "
+                                  "write-back's chunk buffers and commit, the executing lane group"),
+    ("10-11", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in two "
+                               "banks of heads; the immediate and %tid / %ctaid gated in"),
+    ("11-14", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
+                                "banks of global and shared memory, the loaded word"),
+    ("14-17", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
+                      "the output dump"),
 ]
 
 
 def layer_map_html() -> str:
     rows = "".join(f"<tr><td>{a}</td><td style='text-align:left'>{E(b)}</td><td style='text-align:left'>{E(c)}</td></tr>"
                    for a, b, c in LAYER_MAP)
-    return ('<div class="qg-box" data-layer-map="proposal">'
-            f'{_badge("not built yet", "warn")}<b>Which compiled layer does what</b>'
-            '<div class="qg-small">The compiled machine does not exist yet, so there are no layer numbers to show. '
-            'This is the organization proposed in docs/machine.md §4, bottom to top; the state shown above '
-            "is the reference interpreter's, which the compiled layers will have to reproduce.</div>"
-            '<table class="qg-t" style="margin-top:6px"><tr><th>stage</th><th>what</th><th>how (proposal)</th></tr>'
+    return ('<div class="qg-box" data-layer-map="core">'
+            '<b>Which compiled layer does what</b>'
+            '<div class="qg-small">The machine core: 18 layers for Qwen3.5-2B\'s shapes (the model backend of Run '
+            'CUDA runs in them). The state shown above is the reference interpreter\'s running the machine code, '
+            'which the core\'s DeltaNet state holds at the same step (gpu_layers.machine.inspect_state).</div>'
+            '<table class="qg-t" style="margin-top:6px"><tr><th>layers</th><th>what</th><th>how</th></tr>'
             f"{rows}</table></div>")
 
 

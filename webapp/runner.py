@@ -115,6 +115,8 @@ class RunReport:
     machine_seconds: float | None = None
     machine_error: str | None = None
     verdict: str = "reference-only"     # exact | differs | reference-only | not-compared
+    backend: str = "interp"             # the second execution: "interp" (oracle) or "model"
+    prompt_tokens: int | None = None    # model: tokens of the prompt (program, launch, memory)
     correct: bool | None = None
     correct_note: str = ""
     entry_note: str = ""
@@ -234,7 +236,10 @@ def launch_args(case):
     return args_of(case)
 
 
-def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = None, cancel=None) -> RunReport:
+def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = None, cancel=None,
+                 backend: str = "interp") -> RunReport:
+    """The reference run, then the second execution: the machine-code oracle (backend "interp")
+    or the compiled machine core generating the trace itself (backend "model")."""
     from gpu_layers.interp import launch
     from gpu_layers.machine.protocol import decode_outputs, trace_tokens
 
@@ -257,7 +262,9 @@ def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = Non
                     steps=res.steps, lane_issues=res.lane_issues, ref_seconds=ref_s,
                     compile_seconds=prep.compile_seconds, lowered=prep.lowered is not None,
                     lower_problems=prep.lower_problems, entry_note=prep.entry_note)
-    if prep.lowered is not None:
+    if backend == "model":
+        _run_model(prep, rep, outputs, out_idx, limits, progress, cancel)
+    elif prep.lowered is not None:
         progress.enter("machine")
         t0 = time.perf_counter()
         like = launch_args(case)
@@ -284,6 +291,53 @@ def run_prepared(prep: Prepared, limits: Limits, progress: Progress | None = Non
     _check_example(prep, rep)
     progress.enter("done")
     return rep
+
+
+def _run_model(prep: Prepared, rep: RunReport, outputs, out_idx, limits: Limits, progress: Progress, cancel):
+    """The launch inside the model: the machine core's compiled layers (the fast executor) generate
+    the trace and the dump from the prompt; the outputs are decoded from the generated tokens."""
+    from gpu_layers.machine.backend import model_prompt, run_kernel_model, shared_core
+
+    case = prep.case
+    args = launch_args(case)
+    rep.backend = "model"
+    try:                                   # refusals first: they need no compiled core
+        prompt = model_prompt(prep.kernel, case.grid, case.block, args, out_idx, case.dynamic_shared_bytes)
+    except QwenGPUError as e:
+        rep.machine_error = f"the machine core does not run this kernel: {e}"
+        return
+    progress.enter("loading")
+    core = shared_core()                   # compiled on first use (minutes), then cached on disk
+    progress.enter("model")
+    deadline = time.monotonic() + limits.model_time_budget_s
+    t0 = time.perf_counter()
+
+    def tick(n):
+        progress.tokens, progress.machine_seconds = n, time.perf_counter() - t0
+        if cancel():
+            raise Cancelled("the run was cancelled")
+        if time.monotonic() > deadline:
+            raise TimeBudgetExceeded(f"{n:,} tokens in {limits.model_time_budget_s:.0f} s")
+
+    try:
+        dec, got, dt = run_kernel_model(prep.kernel, case.grid, case.block, args, out_idx,
+                                        case.dynamic_shared_bytes, max_tokens=limits.model_max_tokens,
+                                        core=core, prompt=prompt, on_tokens=tick)
+    except TimeBudgetExceeded as e:
+        rep.verdict = "not-compared"
+        rep.machine_error = (f"the model's run passed its time budget ({e}; a few hundred tokens/s on this "
+                             "CPU), so its outputs were not compared")
+        return
+    except (StepBudgetExceeded, OutOfBounds) as e:
+        rep.verdict = "not-compared"
+        rep.machine_error = str(e)
+        return
+    rep.tokens, rep.machine_seconds, rep.prompt_tokens = len(got), dt, len(prompt[0])
+    rep.dump_tokens = sum(1 for t in got if t.startswith(("<xa ", "<xc ")))
+    progress.tokens, progress.machine_seconds = len(got), dt
+    for o in outputs:
+        o.machine = dec.get(o.index)
+    rep.verdict = "exact" if all(o.exact for o in outputs) else "differs"
 
 
 def _check_example(prep: Prepared, rep: RunReport):

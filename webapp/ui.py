@@ -30,7 +30,7 @@ from webapp.runner import Job, KernelInput, Progress, explain, prepare, run_prep
 log = logging.getLogger("qwengpu.app")
 
 BACKEND_INTERP = "Interpreter (reference + machine-code oracle)"
-BACKEND_MODEL = "Compiled model inside Qwen (not built yet)"
+BACKEND_MODEL = "Inside the model (the compiled machine core)"
 POLL_S = 0.25
 RUNNING = '<div class="qg-small" data-running="true">running ...</div>'
 
@@ -38,19 +38,10 @@ INTRO = """# qwenGPU
 **A language model that will run real CUDA inside its own forward passes.** Write or pick a CUDA kernel;
 `nvcc` (from PyPI, sandboxed) compiles it to PTX; the reference SIMT interpreter (bit for bit the
 definition of the machine, checked against a real NVIDIA GPU) runs it, and the kernel's *machine code*
-runs as the token stream the compiled model will emit. The compiled machine inside Qwen3.5 is
-**not built yet**: today every run is on the interpreter."""
-
-
-def _model_backend_message() -> str:
-    from agent.backends import BackendUnavailable, ModelBackend
-
-    try:
-        ModelBackend()
-    except BackendUnavailable as e:
-        return str(e).replace("--backend interp", "the interpreter backend").replace(
-            " or --backend auto", "")
-    return "the compiled model backend is available"
+runs as the token stream the compiled model emits. With the model backend, the compiled machine
+core (18 layers for Qwen3.5-2B's shapes, run by the fast executor) generates the whole trace
+itself, one warp per block, and the outputs are decoded from its tokens; a built stock checkpoint
+of it is not available yet."""
 
 
 def _internal(e: BaseException, where: str):
@@ -109,16 +100,14 @@ class Handlers:
         return ex.source, ex.grid, ex.block, ex.dynamic_shared_bytes, ex.args_text, name
 
     def run(self, source, grid, block, dsm, args_text, backend, example):
-        if backend == BACKEND_MODEL:
-            yield "", render.note_html(_model_backend_message(), "warn", 'data-verdict="unavailable"')
-            return
         inp = KernelInput(source, grid, block, dsm, args_text, example)
+        which = "model" if backend == BACKEND_MODEL else "interp"
         progress = Progress()
         cancel = threading.Event()
 
         def work():
             prep = prepare(inp, self.limits, progress)
-            return run_prepared(prep, self.limits, progress, cancel.is_set)
+            return run_prepared(prep, self.limits, progress, cancel.is_set, backend=which)
 
         job = Job(work)
         yield render.progress_html(progress), RUNNING

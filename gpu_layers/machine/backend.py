@@ -15,6 +15,7 @@ import hashlib
 import os
 import pickle
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,33 +68,73 @@ def load_core(progress=None):
     return fm, ids
 
 
-def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
-    """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
-    tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
-    from gpu_layers.interp import launch_args, module_for
-    from gpu_layers.machine import memory_map as MM
-    from gpu_layers.machine.core import CoreError, machine_kernel, prompt_tokens, run_core
+_SHARED = {}
+_SHARED_LOCK = threading.Lock()
 
-    args = launch_args(case)
-    mk, grid, block = machine_kernel(module_for(case.ptx()).kernel(case.kernel), case.grid, case.block, args)
-    bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
-    outs = [i for i in bufs if case.args[i].output] or bufs
-    prompt = prompt_tokens(mk, grid, block, args, outs, case.dynamic_shared_bytes)
-    fm, ids = core or load_core(progress)
+
+def shared_core(progress=None):
+    """load_core once per process (the app's concurrent runs share it: each run has its own
+    state, the compiled layers are read-only)."""
+    with _SHARED_LOCK:
+        key = core_key()
+        if key not in _SHARED:
+            _SHARED.clear()
+            _SHARED[key] = load_core(progress)
+        return _SHARED[key]
+
+
+def model_prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes=0):
+    """(prompt tokens, machine kernel) of a launch, or the refusal (a QwenGPUError naming what the
+    machine core does not run). Cheap: nothing is compiled or run."""
+    from gpu_layers.machine.core import machine_kernel, prompt_tokens
+
+    mk, grid, block = machine_kernel(kernel, grid, block, args)
+    return prompt_tokens(mk, grid, block, args, outputs, dynamic_shared_bytes), mk
+
+
+def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0, max_tokens: int = 5_000_000,
+                     progress=None, core=None, prompt=None, on_tokens=None):
+    """Run a launch inside the model: `kernel` (PTX IR), `args` (interp.launch_args), `outputs`
+    (buffer argument indices the dump returns); `prompt`: model_prompt's result, if already made.
+    Returns ({argument index: array decoded from the generated tokens}, generated tokens,
+    seconds). progress(message) gets the compile notice and a line every 1,000 tokens;
+    on_tokens(n), if given, is called instead of the line (either may raise to stop the run)."""
+    from gpu_layers.machine import memory_map as MM
+    from gpu_layers.machine.core import CoreError, run_core
+
+    if prompt is None:
+        prompt, mk = model_prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)
+    else:
+        prompt, mk = prompt
+    fm, ids = core or shared_core(progress)
     t = time.time()
-    tick = (lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s")) if progress else None
+    tick = on_tokens or ((lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s"))
+                         if progress else None)
     try:
         got, _ = run_core(fm, ids, prompt, max_tokens=max_tokens, progress=tick)
     except CoreError:
         raise StepBudgetExceeded(f"the model did not finish the launch within {max_tokens} machine "
                                  "tokens; an infinite loop?") from None
+    dt = time.time() - t
     if got[-1] == "<fault>":
         pc = next((int(x.split()[2]) for x in reversed(got) if x.startswith("<wi ")), None)
         lane = int(got[-2][4:-1]) if got[-2].startswith("<mt ") else "the first executed"
         raise OutOfBounds(f"the machine refused a memory access (outside the buffers, misaligned, or "
                           f"outside shared memory): machine PC {pc} `{mk.instructions[pc]}`, lane {lane} "
                           "of its lane group")
-    dec = MM.decode_dump(got, MM.layout(args, outs), {i: args[i] for i in outs})
+    return MM.decode_dump(got, MM.layout(args, outputs), {i: args[i] for i in outputs}), got, dt
+
+
+def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
+    """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
+    tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
+    from gpu_layers.interp import launch_args, module_for
+
+    args = launch_args(case)
+    bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
+    outs = [i for i in bufs if case.args[i].output] or bufs
+    dec, got, _ = run_kernel_model(module_for(case.ptx()).kernel(case.kernel), case.grid, case.block, args, outs,
+                                   case.dynamic_shared_bytes, max_tokens, progress, core)
     return {case.args[i].name: dec[i] for i in outs}, got
 
 

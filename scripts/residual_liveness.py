@@ -1,0 +1,62 @@
+"""How much of the machine core's residual width W is live at once: the bound on what reusing
+residual dims could save (a field is written once, at its stage's half-layer, and dead after the
+last stage or logit that reads it; its dims could then hold a later field, once an MLP stage
+has subtracted the dead value: the residual is a sum, and a norm sees every dim).
+
+    .venv/bin/python scripts/residual_liveness.py [--top 15]
+
+Prints, per depth position (-1: the embedding; 2L: layer L's mixer, 2L + 1: its MLP), the dims
+born there and the dims live after it, then the peak and the largest fields with their spans.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpu_layers.craft.assemble import Shapes, _field_of_dim, schedule  # noqa: E402
+from gpu_layers.craft.testing import TINY  # noqa: E402
+from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
+from gpu_layers.machine.core import core_circuit  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    c = core_circuit()
+    plans, position = schedule(c, Shapes.of({k: REAL_2B_TEXT_CONFIG[k] for k in TINY}))
+    owner = _field_of_dim(c)
+    last = defaultdict(lambda: -2)                 # the last position reading each field
+    for st in c.stages:
+        for d in st.input_dims():
+            f = owner[d].name
+            last[f] = max(last[f], position[st.name])
+    final = 2 * len(plans)                         # the LM head reads after the last layer
+    for lin in c.logits.values():
+        for d in lin.dims():
+            last[owner[d].name] = final
+    L = c.layout
+    born = {n: L.born.get(n, -1) for n in L.fields}
+    print(f"core: {len(plans)} layers, W = {L.width}, {len(L.fields)} fields")
+    print(f"{'position':>8s} {'born':>6s} {'live':>6s}")
+    peak = (0, None)
+    for p in range(-1, final):
+        b = sum(f.dims for n, f in L.fields.items() if born[n] == p)
+        live = sum(f.dims for n, f in L.fields.items() if born[n] <= p < last[n])
+        peak = max(peak, (live, p))
+        print(f"{p:8d} {b:6d} {live:6d}")
+    never = sum(f.dims for n, f in L.fields.items() if last[n] == -2)
+    print(f"peak live: {peak[0]} dims after position {peak[1]} ({peak[0] / L.width:.0%} of W); "
+          f"dims never read: {never}")
+    print("largest fields (dims, name, born, last read):")
+    for dims, n in sorted(((f.dims, n) for n, f in L.fields.items()), reverse=True)[:args.top]:
+        print(f"  {dims:5d} {n:24s} {born[n]:4d} {last[n]:4d}")
+
+
+if __name__ == "__main__":
+    main()
