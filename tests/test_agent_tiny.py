@@ -58,9 +58,10 @@ def test_solve_streams_each_attempt(tmp_path, capsys, one_torch_thread):
     db.close()
 
 
-def test_model_backend_is_refused_clearly(tmp_path, capsys):
-    rc = main(["eval", "--backend", "model", "--tasks", "vec_add", "--db", str(tmp_path / "r.db")])
-    assert rc == 2 and "not available yet" in capsys.readouterr().err
+def test_an_unknown_backend_is_refused_clearly(tmp_path, capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["eval", "--backend", "gpu", "--tasks", "vec_add", "--db", str(tmp_path / "r.db")])
+    assert ei.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
 
 
 def test_chat_layout_keeps_special_tokens_in_content_as_text():

@@ -100,9 +100,14 @@ def test_refuses_what_it_lacks_by_name():
     # a register-writing form the ALU does not compute is refused by name, never run wrongly
     from gpu_layers.interp.snippets import kernel_ptx
     from gpu_layers.ptx.parser import parse_ptx
-    k = parse_ptx(kernel_ptx("\tmov.u32 \t%r1, %tid.x;\n\tmov.b64 \t%rd1, {%r1, %r1};\n\tret;\n")).kernel()
+    k = parse_ptx(kernel_ptx("\tmov.u32 \t%r1, %tid.x;\n\tcvt.sat.u8.s32 \t%rs1, %r1;\n\tret;\n")).kernel()
     mk, _ = allocate(lower(k))
-    with pytest.raises(CoreError, match=r"line \d+: `mov.b64 .*vector mov.*does not compute it"):
+    with pytest.raises(CoreError, match=r"line \d+: `cvt.sat.u8.s32 .*does not compute it"):
+        prompt_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(1, np.int32)], [0])
+    # the special registers are operand a only (the vocabulary has no <ps .. tid>)
+    k = parse_ptx(kernel_ptx("\tmov.u32 \t%r1, 3;\n\tadd.u32 \t%r2, %r1, %tid.x;\n\tret;\n")).kernel()
+    mk, _ = allocate(lower(k))
+    with pytest.raises(CoreError, match=r"reads tid as its second operand"):
         prompt_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(1, np.int32)], [0])
 
 

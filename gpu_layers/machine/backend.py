@@ -1,10 +1,13 @@
-"""`run --backend model`: a case runs inside the compiled machine core, through the fast executor.
+"""The model backend (`run --backend model`, the app's "Inside the model", the agent's
+`--backend model`): a launch runs inside the compiled machine core, through the fast executor.
 
-The host lowers and allocates the kernel, writes the prompt (program, launch, buffers: no part of
-the kernel is computed here), lets the model generate every token of the trace and the dump, and
-decodes the output buffers from the generated tokens alone. The compiled core (about 85 s to
-compile on a 2-core CPU) is cached on disk ($QWENGPU_CACHE or ~/.cache/qwengpu, core/core-<key>.pkl, keyed by the source of
-every module the circuit comes from) and loaded on later runs.
+The host prepares the kernel (core.machine_kernel: flattened, lowered for one warp, allocated),
+writes the prompt (program, launch, buffers: no part of the kernel is computed here), lets the
+model generate every token of the trace and the dump, and decodes the output buffers from the
+generated tokens alone. The compiled core (about 2 minutes and 7 GB to compile on a 2-core CPU)
+is cached on disk ($QWENGPU_CACHE or ~/.cache/qwengpu, core/core-<key>.pkl, keyed by the source
+of every module the circuit comes from) and loaded on later runs; `shared_core` keeps one per
+process for concurrent runs (each run has its own state).
 
 Faults: `<fault>` (an access outside the memory map) raises OutOfBounds naming the PC and lane;
 a launch that does not reach `<end>` within the token budget raises StepBudgetExceeded.
