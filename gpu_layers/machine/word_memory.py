@@ -411,50 +411,34 @@ def _atomic(em, ins):
 def _bin(name):
     """old <name> b; min / max compare as the atomic's type (signed for .s32 / .s64)."""
     def f(em, w, t, old, b, c):
+        from gpu_layers.machine.lower import _op
         kind = "b" if name in ("and", "or", "xor") else "s" if t[0] == "s" else "u"
-        r = em.tmp(w)
-        em.emit(f"{name}.{kind}{w} {r}, {old}, {b}")
-        return r
+        return _op(em, w, name, old, b, f"{kind}{w}")
     return f
 
 
 def _exch(em, w, t, old, b, c):
-    r = em.tmp(w)
-    em.emit(f"mov.b{w} {r}, {b}")
-    return r
+    from gpu_layers.machine.lower import _copy
+    return _copy(em, w, b)
 
 
 def _cas(em, w, t, old, b, c):
-    e = em.tmp(1)
-    em.emit(f"setp.eq.b{w} {e}, {old}, {b}")
-    r = em.tmp(w)
-    em.emit(f"selp.b{w} {r}, {c}, {old}, {e}")
-    return r
+    """(old == b) ? c : old"""
+    from gpu_layers.machine.lower import _sel, _setp
+    return _sel(em, w, c, old, _setp(em, "eq", f"b{w}", old, b))
 
 
 def _inc(em, w, t, old, b, c):
     """(old >= b) ? 0 : old + 1"""
-    ge = em.tmp(1)
-    em.emit(f"setp.ge.u{w} {ge}, {old}, {b}")
-    up = em.tmp(w)
-    em.emit(f"add.u{w} {up}, {old}, 1")
-    r = em.tmp(w)
-    em.emit(f"selp.b{w} {r}, 0, {up}, {ge}")
-    return r
+    from gpu_layers.machine.lower import _op, _sel, _setp
+    return _sel(em, w, 0, _op(em, w, "add", old, 1, f"u{w}"), _setp(em, "ge", f"u{w}", old, b))
 
 
 def _dec(em, w, t, old, b, c):
     """(old == 0 || old > b) ? b : old - 1"""
-    z = em.tmp(1)
-    em.emit(f"setp.eq.u{w} {z}, {old}, 0")
-    gt = em.tmp(1)
-    em.emit(f"setp.gt.u{w} {gt}, {old}, {b}")
-    em.emit(f"or.pred {z}, {z}, {gt}")
-    down = em.tmp(w)
-    em.emit(f"sub.u{w} {down}, {old}, 1")
-    r = em.tmp(w)
-    em.emit(f"selp.b{w} {r}, {b}, {down}, {z}")
-    return r
+    from gpu_layers.machine.lower import _op, _sel, _setp
+    wrap = _op(em, 1, "or", _setp(em, "eq", f"u{w}", old, 0), _setp(em, "gt", f"u{w}", old, b), "pred")
+    return _sel(em, w, b, _op(em, w, "sub", old, 1, f"u{w}"), wrap)
 
 
 _ATOM_OPS = {"add": _bin("add"), "min": _bin("min"), "max": _bin("max"), "and": _bin("and"),
