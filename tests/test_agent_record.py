@@ -156,8 +156,10 @@ def test_parallel_writers_lose_and_duplicate_nothing(tmp_path):
     """Four processes open one brand-new database at the same moment (racing to create and migrate it),
     then each records 60 attempts (each twice), all at once."""
     p, n, k = tmp_path / "r.db", 60, 4
-    start_at = time.time() + 3.0
-    procs = [_writer(tmp_path, p, n, 0.01, f"w{i}", start_at) for i in range(k)]
+    # a start 10 s away and 1.2 s of writing each: the writers overlap even when a loaded machine
+    # (a CI worker next to the in-model tests) takes seconds to start a Python process
+    start_at = time.time() + 10.0
+    procs = [_writer(tmp_path, p, n, 0.02, f"w{i}", start_at) for i in range(k)]
     outs = [pr.communicate(timeout=180) for pr in procs]
     for pr, (out, err) in zip(procs, outs):
         assert pr.returncode == 0, err
