@@ -115,7 +115,7 @@ VERDICT_TEXT = {
 
 def run_html(rep, limits) -> str:
     label, kind, why = VERDICT_TEXT[rep.verdict]
-    model = getattr(rep, "backend", "interp") == "model"
+    model = rep.backend == "model"
     if rep.verdict == "not-compared" or (model and rep.verdict == "reference-only"):
         why = rep.machine_error or ""
     elif model:

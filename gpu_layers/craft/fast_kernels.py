@@ -17,16 +17,22 @@ F32 = np.float32
 
 
 @_jit
-def csc_mv(colptr, rows, vals, n, x):
-    """y = M x for M kept column by column (colptr, rows, vals; n rows): only the columns where
-    x is nonzero are visited."""
+def csc_mv64(colptr, rows, vals, n, x):
+    """y = M x in float64, for M kept column by column (colptr, rows, vals; n rows): only the
+    columns where x is nonzero are visited."""
     acc = np.zeros(n, dtype=np.float64)
     for j in range(x.shape[0]):
         xj = np.float64(x[j])
         if xj != 0.0:
             for k in range(colptr[j], colptr[j + 1]):
                 acc[rows[k]] += vals[k] * xj
-    return acc.astype(np.float32)
+    return acc
+
+
+@_jit
+def csc_mv(colptr, rows, vals, n, x):
+    """csc_mv64 rounded once to float32."""
+    return csc_mv64(colptr, rows, vals, n, x).astype(np.float32)
 
 
 @_jit
@@ -156,17 +162,19 @@ def add_rows(x, rows, d, ss):
 
 
 @_jit
-def norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n):
-    """M @ RMSNorm(x)[cols] in float64 (M kept column by column over cols; the norm's mean square
-    is ss / width)."""
+def norm_at(x, ss, width, eps, cols, w):
+    """Zero-centred RMSNorm of the whole residual x at `cols` (its mean square is ss / width)."""
     r = F32(1.0) / np.sqrt(F32(ss / width) + eps)
-    acc = np.zeros(n, dtype=np.float64)
+    out = np.empty(cols.shape[0], dtype=np.float32)
     for j in range(cols.shape[0]):
-        xj = np.float64((x[cols[j]] * r) * w[j])
-        if xj != 0.0:
-            for k in range(colptr[j], colptr[j + 1]):
-                acc[rows[k]] += vals[k] * xj
-    return acc
+        out[j] = (x[cols[j]] * r) * w[j]
+    return out
+
+
+@_jit
+def norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n):
+    """M @ RMSNorm(x)[cols] in float64 (M kept column by column over cols)."""
+    return csc_mv64(colptr, rows, vals, n, norm_at(x, ss, width, eps, cols, w))
 
 
 @_jit

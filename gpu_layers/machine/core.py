@@ -50,8 +50,8 @@ warp so that vectors, sub-word accesses and atomics are scalar word accesses, al
 warp of up to 32 threads per block (8 lane groups), programs of up to 1,024 machine
 instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
 (registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
-allocation), what the datapath computes (a form it does not, e.g. a vector mov, is refused by
-name), the memory unit v0's accesses (memory_map); everything else is refused by name.
+allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
+by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
 For Qwen3.5-2B's shapes: 18 layers, W 16,840, 98,351 tokens. The dense stock model would need
 about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
@@ -78,6 +78,7 @@ from gpu_layers.machine import memory_map as MM
 from gpu_layers.machine import memunit as MU
 from gpu_layers.machine import regfile as R
 from gpu_layers.machine.protocol import lane_masks
+from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
 GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
@@ -200,10 +201,10 @@ def machine_kernel(kernel, grid, block, args=()):
     from gpu_layers.machine.regalloc import allocate
 
     flat, grid, block = flatten_launch(kernel, grid, block)
-    if block[0] > THREADS:
-        raise CoreError(f"{block[0]} threads per block: the machine core v0 runs up to {THREADS}")
+    _check_threads(block[0])                  # before the one-warp lowering, which needs it
     sub = next((ins for ins in flat.instructions if ins.opcode in ("ld", "st", "atom", "red")
-                and "param" not in ins.modifiers and ins.types and ins.types[-1][1:] in ("8", "16")), None)
+                and "param" not in ins.modifiers and ins.types and TYPE_BITS.get(ins.types[-1], 32) < 32),
+               None)
     odd = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.nbytes % 4]
     if sub is not None and odd:
         raise CoreError(f"line {sub.line}: `{sub}` is a sub-word access and buffer argument {odd[0]} "
@@ -211,6 +212,11 @@ def machine_kernel(kernel, grid, block, args=()):
                         "so it needs buffers of whole words")
     mk, _ = allocate(lower(flat, one_warp=True))
     return mk, grid, block
+
+
+def _check_threads(n: int):
+    if not 1 <= n <= THREADS:
+        raise CoreError(f"{n} threads per block: the machine core v0 runs up to {THREADS}")
 
 
 def prompt_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0) -> list[str]:
@@ -228,8 +234,7 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
 
     nthreads = block[0] * block[1] * block[2]
     nblocks = grid[0] * grid[1] * grid[2]
-    if not 1 <= nthreads <= THREADS:
-        raise CoreError(f"{nthreads} threads per block: the machine core v0 runs up to {THREADS}")
+    _check_threads(nthreads)
     if not 1 <= nblocks <= C.MAX_BLOCKS:
         raise CoreError(f"{nblocks} blocks: the machine core v0 runs up to {C.MAX_BLOCKS}")
     prog = program_for(kernel)

@@ -27,6 +27,8 @@ from __future__ import annotations
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import Pair, Reg, Sink, VarDecl
 
+from .word_memory import fault_where, lane_loop
+
 STAGE = "__mq_stage"             # 32 slots of 8 bytes: value | epoch << 32
 EPOCH = "%mq_epoch"              # shuffles this thread has taken part in
 
@@ -71,7 +73,7 @@ def _arrive(em, value, mask):
     em.emit(f"or.b32 {bm}, {bm}, {mask}")
     bad = em.tmp(1)
     em.emit(f"setp.ne.u32 {bad}, {bm}, -1")
-    em.emit(f"@{bad} ld.global.u32 {bm}, [0]")       # faults: bm is never written
+    fault_where(em, bad, bm)
     em.emit(f"add.u32 {EPOCH}, {EPOCH}, 1")
     w, e = em.tmp(64), em.tmp(64)
     em.emit(f"cvt.u64.u32 {w}, {value}")
@@ -105,23 +107,21 @@ def _vote(em, ins):
     bit = em.tmp(32)
     em.emit(f"selp.b32 {bit}, 1, 0, {p}")
     _arrive(em, bit, mask)
-    acc, act, i = em.tmp(32), em.tmp(32), em.tmp(32)
-    for r in (acc, act, i):
+    acc, act = em.tmp(32), em.tmp(32)
+    for r in (acc, act):
         em.emit(f"mov.b32 {r}, 0")
-    top = em.label()
-    em.place(top)
-    v, ok = _read(em, i)
-    one = em.tmp(32)
-    em.emit(f"selp.b32 {one}, 1, 0, {ok}")           # lane i takes part
-    em.emit(f"and.b32 {v}, {v}, {one}")              # ... and its predicate holds
-    em.emit(f"shl.b32 {one}, {one}, {i}")
-    em.emit(f"or.b32 {act}, {act}, {one}")
-    em.emit(f"shl.b32 {v}, {v}, {i}")
-    em.emit(f"or.b32 {acc}, {acc}, {v}")
-    em.emit(f"add.u32 {i}, {i}, 1")
-    more = em.tmp(1)
-    em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
-    em.emit(f"@{more} bra {top}")
+
+    def count(i):
+        v, ok = _read(em, i)
+        one = em.tmp(32)
+        em.emit(f"selp.b32 {one}, 1, 0, {ok}")       # lane i takes part
+        em.emit(f"and.b32 {v}, {v}, {one}")          # ... and its predicate holds
+        em.emit(f"shl.b32 {one}, {one}, {i}")
+        em.emit(f"or.b32 {act}, {act}, {one}")
+        em.emit(f"shl.b32 {v}, {v}, {i}")
+        em.emit(f"or.b32 {acc}, {acc}, {v}")
+
+    lane_loop(em, count)
     if mode == "ballot":
         em.emit(f"mov.b32 {d}, {acc}")
     elif mode == "any":
@@ -168,7 +168,7 @@ def _shfl(em, ins):
     src = t32()                        # (%laneid is operand a: the core reads specials there)
     em.emit(f"selp.b32 {src}, %laneid, {j}, {out}")
     v, ok = _read(em, src)
-    em.emit(f"@!{ok} ld.global.u32 {src}, [0]")      # the lane read did not take part: fault
+    fault_where(em, f"!{ok}", src)                   # the lane read did not take part: fault
     if not isinstance(d, Sink):
         em.emit(f"mov.b32 {d}, {v}")
     if p is not None and not isinstance(p, Sink):

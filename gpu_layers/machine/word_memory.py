@@ -44,7 +44,7 @@ from __future__ import annotations
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, Imm, Reg, Sink, Sym, Vec
 
-_VEC = {"v2": 2, "v4": 4}
+_VEC = ("v2", "v4")
 _SPACES = ("global", "shared", "local")
 
 
@@ -85,6 +85,65 @@ def _refuse(ins, why):
     raise UnsupportedPTX([f"line {ins.line}: `{ins}`: {why}"])
 
 
+def _guard(ins) -> str:
+    from gpu_layers.machine.lower import _guard as guard_of
+    return guard_of(ins)
+
+
+def _where_guard(em, w, value, otherwise, guard) -> str:
+    """A w-bit register holding `value` in lanes whose guard holds and `otherwise` in the others
+    (`value` itself without a guard)."""
+    if guard is None:
+        return value
+    on, off = (value, otherwise) if not guard.negated else (otherwise, value)
+    t = em.tmp(w)
+    em.emit(f"selp.b{w} {t}, {on}, {off}, {guard.reg}")
+    return t
+
+
+def fault_where(em, p, reg):
+    """A load from address 0 where predicate p (or "!q") holds: a fault in the interpreter (no buffer
+    there) and in the machine (outside the memory map), so a check that fails ends the run as
+    the original's fault does. `reg` is any register defined here: the load never writes it, and
+    a fresh one would be live (a guarded write reads its destination) from the kernel's entry."""
+    em.emit(f"@{p} ld.global.u32 {reg}, [0]")
+
+
+def lane_loop(em, body):
+    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order)."""
+    i = em.tmp(32)
+    em.emit(f"mov.u32 {i}, 0")
+    top = em.label()
+    em.place(top)
+    body(i)
+    em.emit(f"add.u32 {i}, {i}, 1")
+    more = em.tmp(1)
+    em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
+    em.emit(f"@{more} bra {top}")
+
+
+def _effective(em, aop, w=None) -> tuple[str, int]:
+    """(a fresh register holding address operand aop's base + offset, its width w): w bits, by
+    default the base register's width (a symbol's 32, an absolute address's 64)."""
+    base = aop.base
+    if isinstance(base, Reg):
+        bw = em.regbits.get(base.name, 64)
+        w = w or bw
+        src = str(base)
+        if bw < w:
+            src = em.tmp(w)
+            em.emit(f"cvt.u{w}.u{bw} {src}, {base}")
+        t = em.tmp(w)
+        em.emit(f"add.u{w} {t}, {src}, {aop.offset}")
+        return t, w
+    w = w or (32 if isinstance(base, Sym) else 64)
+    t = em.tmp(w)
+    em.emit(f"mov.u{w} {t}, {base if isinstance(base, Sym) else aop.offset}")
+    if isinstance(base, Sym) and aop.offset:
+        em.emit(f"add.u{w} {t}, {t}, {aop.offset}")
+    return t, w
+
+
 class _Access:
     """One ld/st: its address operand, element type and count, total bytes."""
 
@@ -104,27 +163,14 @@ class _Access:
             _refuse(ins, f"a sub-word .{self.space} access (the machine serves sub-word accesses of "
                          ".global only: a partly written word's bytes would not stay undefined)")
 
-    def guard(self) -> str:
-        g = self.ins.guard
-        return f"{g} " if g else ""
-
     def addr(self, extra=0) -> str:
         a = self.aop
         return str(Addr(a.base, a.offset + extra))
 
     def ea(self):
-        """The effective address in a fresh register, and its low 32 bits."""
-        em, a = self.em, self.aop
-        if isinstance(a.base, Reg):
-            w = em.regbits.get(a.base.name, 64)
-            t = em.tmp(w)
-            em.emit(f"add.u{w} {t}, {a.base}, {a.offset}")
-        else:
-            w = 32 if isinstance(a.base, Sym) else 64
-            t = em.tmp(w)
-            em.emit(f"mov.u{w} {t}, {a.base if isinstance(a.base, Sym) else a.offset}")
-            if isinstance(a.base, Sym) and a.offset:
-                em.emit(f"add.u32 {t}, {t}, {a.offset}")
+        """The effective address in a fresh register, its width and its low 32 bits."""
+        em = self.em
+        t, w = _effective(em, self.aop)
         if w == 32:
             return t, w, t
         lo = em.tmp(32)
@@ -137,15 +183,10 @@ class _Access:
         em = self.em
         r = em.tmp(32)
         em.emit(f"and.b32 {r}, {lo32}, {n - 1}")
-        g = self.ins.guard
-        if g is not None:
-            on, off = (r, 0) if not g.negated else (0, r)
-            r2 = em.tmp(32)
-            em.emit(f"selp.b32 {r2}, {on}, {off}, {g.reg}")
-            r = r2
+        r = _where_guard(em, 32, r, 0, self.ins.guard)
         p = em.tmp(1)
         em.emit(f"setp.ne.u32 {p}, {r}, 0")
-        em.emit(f"@{p} ld.global.u32 {r}, [0]")       # faults: r is never written
+        fault_where(em, p, r)
 
     def word_ops(self) -> str:
         """ld/st modifiers without the vector count."""
@@ -173,7 +214,7 @@ def _load(em, ins):
     dsts = list(ins.operands[0].elems) if isinstance(ins.operands[0], Vec) else [ins.operands[0]]
     acc = _Access(em, ins, ins.operands[1], dsts)
     mods = acc.word_ops()
-    g = acc.guard()
+    g = _guard(ins)
     words = []                        # (register, bits): the loaded little-endian words
     shift = None                      # sub-word: the element's bit offset in its word (a register)
     if acc.total < 4:
@@ -247,7 +288,7 @@ def _elem(em, src, sw, bit, eb, signed, shift):
 
 def _write_elem(em, ins, d, v, eb, signed):
     """The guarded write of destination d from v (32 bits, or 64 when eb == 64)."""
-    g = f"{ins.guard} " if ins.guard else ""
+    g = _guard(ins)
     dw = em.regbits.get(str(d), 32)
     if eb == 64:
         em.emit(f"{g}mov.b64 {d}, {v}")
@@ -266,7 +307,7 @@ def _store(em, ins):
     vals = list(ins.operands[1].elems) if isinstance(ins.operands[1], Vec) else [ins.operands[1]]
     acc = _Access(em, ins, ins.operands[0], vals)
     mods = acc.word_ops()
-    g = acc.guard()
+    g = _guard(ins)
     eb = acc.eb
     if acc.total >= 8:                      # 64-bit words: 8 bytes each
         if acc.total == 16:
@@ -296,12 +337,7 @@ def _store(em, ins):
     em.emit(f"mov.b32 {keep}, {(1 << (8 * acc.total)) - 1}")
     em.emit(f"shl.b32 {keep}, {keep}, {shift}")
     em.emit(f"not.b32 {keep}, {keep}")
-    if ins.guard is not None:              # lanes whose guard is false take no round
-        gp = ins.guard
-        t = em.tmp(32)
-        on, off = (pos, 4) if not gp.negated else (4, pos)
-        em.emit(f"selp.b32 {t}, {on}, {off}, {gp.reg}")
-        pos = t
+    pos = _where_guard(em, 32, pos, 4, ins.guard)       # lanes whose guard is false take no round
     word = _fresh(em, 32, True)
     for k in range(0, 4, acc.total):
         p = em.tmp(1)
@@ -364,7 +400,6 @@ def _atomic(em, ins):
     op = next((m for m in ins.modifiers if m in _ATOM_OPS), None)
     if op is None or w not in (32, 64) or t[0] == "f":
         _refuse(ins, f"a .{op} atomic on .{t} (the machine runs integer atomics of 32 and 64 bits)")
-    space = _space(ins)
     if not isinstance(aop, Addr):
         _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
     mods = ".".join(m for m in ins.modifiers if m in _SPACES)
@@ -378,34 +413,26 @@ def _atomic(em, ins):
             if taint is not None:
                 em.emit(f"xor.b{w} {tx}, {tx}, {taint}")
             taint = tx
-    me = em.tmp(32)                       # this lane's turn: its lane, or 32 (never) if guarded off
-    g = ins.guard
-    em.emit(f"mov.u32 {me}, %laneid")
-    if g is not None:                     # (%laneid only as operand a: the core reads it there)
-        on, off = (me, 32) if not g.negated else (32, me)
-        em.emit(f"selp.b32 {me}, {on}, {off}, {g.reg}")
-    i = em.tmp(32)
-    em.emit(f"mov.u32 {i}, 0")
+    lane = em.tmp(32)                     # (%laneid only as operand a: the core reads it there)
+    em.emit(f"mov.u32 {lane}, %laneid")
+    me = _where_guard(em, 32, lane, 32, ins.guard)    # this lane's turn; 32 (never): guarded off
     old = _fresh(em, w, True)
-    top = em.label()
-    em.place(top)
-    p = em.tmp(1)
-    em.emit(f"setp.eq.u32 {p}, {me}, {i}")
-    em.emit(f"@{p} {ld} {old}, {aop}")
-    new = _ATOM_OPS[op](em, w, t, old, b, c)
-    x = em.tmp(w)                         # the stored value carries the old word's poison too
-    em.emit(f"xor.b{w} {x}, {old}, {old}")
-    if taint is not None:
-        em.emit(f"xor.b{w} {x}, {x}, {taint}")
-    em.emit(f"xor.b{w} {x}, {x}, {new}")
-    new = x
-    em.emit(f"@{p} {st} {aop}, {new}")
-    em.emit(f"add.u32 {i}, {i}, 1")
-    q = em.tmp(1)
-    em.emit(f"setp.lt.u32 {q}, {i}, %ntid.x")
-    em.emit(f"@{q} bra {top}")
+
+    def turn(i):                          # lane i loads, computes and stores
+        p = em.tmp(1)
+        em.emit(f"setp.eq.u32 {p}, {me}, {i}")
+        em.emit(f"@{p} {ld} {old}, {aop}")
+        new = _ATOM_OPS[op](em, w, t, old, b, c)
+        x = em.tmp(w)                     # the stored value carries the old word's poison too
+        em.emit(f"xor.b{w} {x}, {old}, {old}")
+        if taint is not None:
+            em.emit(f"xor.b{w} {x}, {x}, {taint}")
+        em.emit(f"xor.b{w} {x}, {x}, {new}")
+        em.emit(f"@{p} {st} {aop}, {x}")
+
+    lane_loop(em, turn)
     if atom and not isinstance(d, Sink):
-        em.emit(f"{g or ''} mov.b{w} {d}, {old}".strip())
+        em.emit(f"{_guard(ins)}mov.b{w} {d}, {old}")
 
 
 def _bin(name):
@@ -418,8 +445,9 @@ def _bin(name):
 
 
 def _exch(em, w, t, old, b, c):
-    from gpu_layers.machine.lower import _copy
-    return _copy(em, w, b)
+    r = em.tmp(w)                         # (a mov: b may be an immediate)
+    em.emit(f"mov.b{w} {r}, {b}")
+    return r
 
 
 def _cas(em, w, t, old, b, c):
@@ -489,32 +517,16 @@ def _local(em, ins):
         _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
     n = len(vals.elems) if isinstance(vals, Vec) else 1
     size = TYPE_BITS[ins.types[0]] // 8 * n
-    ea = em.tmp(64)
-    if isinstance(aop.base, Reg):
-        w = em.regbits.get(aop.base.name, 64)
-        src = aop.base.name
-        if w == 32:
-            src = em.tmp(64)
-            em.emit(f"cvt.u64.u32 {src}, {aop.base}")
-        em.emit(f"add.u64 {ea}, {src}, {aop.offset}")
-    else:
-        em.emit(f"mov.u64 {ea}, {aop.base if isinstance(aop.base, Sym) else aop.offset}")
-        if isinstance(aop.base, Sym) and aop.offset:
-            em.emit(f"add.u64 {ea}, {ea}, {aop.offset}")
-    chk = ea
-    g = ins.guard
-    if g is not None:                       # lanes whose guard is false check address 0
-        on, off = (ea, 0) if not g.negated else (0, ea)
-        chk = em.tmp(64)
-        em.emit(f"selp.b64 {chk}, {on}, {off}, {g.reg}")
+    ea, _ = _effective(em, aop, 64)
+    chk = _where_guard(em, 64, ea, 0, ins.guard)      # lanes whose guard is false check address 0
     lo = em.tmp(32)
     em.emit(f"cvt.u32.u64 {lo}, {ea}")
     if em.local_size < size:                # never in range: every executing lane faults
-        em.emit(f"{g or ''} ld.global.u32 {lo}, [0]".strip())
-    else:                                   # (the load faults: lo is never written)
+        em.emit(f"{_guard(ins)}ld.global.u32 {lo}, [0]")
+    else:
         p = em.tmp(1)
         em.emit(f"setp.gt.u64 {p}, {chk}, {em.local_size - size}")
-        em.emit(f"@{p} ld.global.u32 {lo}, [0]")
+        fault_where(em, p, lo)
     sa = em.tmp(32)
     em.emit(f"add.u32 {sa}, {lo}, {LANE_FRAME}")
     mods = tuple("shared" if m == "local" else m for m in ins.modifiers)
