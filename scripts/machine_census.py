@@ -2,7 +2,9 @@
 (core.machine_kernel: flatten, lower for one warp, allocate) and build the core's whole token
 sequence with the oracle (core.launch_tokens), checking that every token is in the core's
 vocabulary; no model is involved. Prints the refusals grouped by reason (each names what the core
-does not run) and, with --list, every accepted case with its prompt + stream tokens.
+does not run) and, with --list, every accepted case with its prompt + stream tokens, the original
+kernel's thread-instructions and the stream's tokens per thread-instruction (the speed metric of
+docs/protocol.md; the stream includes the dump), with their mean and worst.
 
     .venv/bin/python scripts/machine_census.py [--list] [--step-budget N]
 """
@@ -20,6 +22,7 @@ from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.interp import launch_args, module_for  # noqa: E402
 from gpu_layers.machine.core import core_circuit, launch_tokens, machine_kernel  # noqa: E402
+from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
 from gpu_layers.suite import load_suite  # noqa: E402
 
 
@@ -45,7 +48,9 @@ def main():
             missing = sorted(set(prompt + want) - vocab)
             if missing:
                 raise QwenGPUError(f"tokens outside the core's vocabulary: {' '.join(missing[:3])}")
-            ok.append((name, len(prompt), len(want)))
+            tins = thread_instructions(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, kargs,
+                                       c.dynamic_shared_bytes) if args.list else 1
+            ok.append((name, len(prompt), len(want), tins))
         except QwenGPUError as e:
             why = str(e).splitlines()
             refused[(why[-1] if why[0].startswith("unsupported PTX") else why[0])[:140]].append(name)
@@ -53,10 +58,12 @@ def main():
     for why, names in sorted(refused.items(), key=lambda kv: -len(kv[1])):
         print(f"{len(names):3d} refused: {why}\n      {' '.join(names)}")
     if args.list:
-        print(f"\n{'case':28s} {'prompt':>7s} {'stream':>9s}")
-        for name, p, s in sorted(ok, key=lambda x: x[2]):
-            print(f"{name:28s} {p:7d} {s:9d}")
-        print(f"total: {sum(p + s for _, p, s in ok):,} tokens")
+        print(f"\n{'case':28s} {'prompt':>7s} {'stream':>9s} {'thread-ins':>10s} {'per t-i':>8s}")
+        for name, p, s, t in sorted(ok, key=lambda x: x[2]):
+            print(f"{name:28s} {p:7d} {s:9d} {t:10d} {s / t:8.2f}")
+        per = [s / t for _, _, s, t in ok]
+        print(f"total: {sum(p + s for _, p, s, _ in ok):,} tokens; stream tokens per thread-instruction: "
+              f"mean {sum(per) / len(per):.2f}, worst {max(per):.2f}")
 
 
 if __name__ == "__main__":

@@ -222,3 +222,24 @@ def test_emitted_division_and_modulo_are_exact(n, ds):
     got = out.reshape(len(xs), len(ds), 2)
     for i, d in enumerate(ds):
         assert np.array_equal(got[:, i, 0], xs // d) and np.array_equal(got[:, i, 1], xs % d), d
+
+
+def test_launch_constants_turn_the_index_multiply_into_shifts():
+    """%ntid.x / %nctaid.x read as the launch's numbers: the same outputs, and the lowered
+    blockIdx.x * blockDim.x (a register holding %ntid.x) is a shift, not a multiply loop."""
+    from gpu_layers.machine.flatten import launch_constants
+
+    body = ("\tld.param.u64 \t%rd1, [out];\n\tcvta.to.global.u64 \t%rd1, %rd1;\n"
+            "\tmov.u32 \t%r1, %ctaid.x;\n\tmov.u32 \t%r2, %ntid.x;\n\tmov.u32 \t%r3, %tid.x;\n"
+            "\tmad.lo.s32 \t%r4, %r1, %r2, %r3;\n\tmul.wide.s32 \t%rd2, %r4, 4;\n"
+            "\tadd.s64 \t%rd3, %rd1, %rd2;\n\tmul.lo.s32 \t%r5, %r4, %nctaid.x;\n"
+            "\tst.global.u32 \t[%rd3], %r5;\n\tret;\n")
+    k = parse_ptx(kernel_ptx(body)).kernel()
+    kc = launch_constants(k, (3, 1, 1), (32, 1, 1))
+    assert "%ntid.x" not in str(kc.instructions) and "%nctaid.x" not in str(kc.instructions)
+    assert launch_constants(kc, (3, 1, 1), (32, 1, 1)) is kc
+    want = launch(k, 3, 32, [np.zeros(96, np.uint32)]).buffers[0]
+    got = launch(lower(kc), 3, 32, [np.zeros(96, np.uint32)]).buffers[0]
+    assert want.tobytes() == got.tobytes()
+    assert not any(i.opcode == "bra" for i in lower(kc).instructions)        # no multiply loop
+    assert any(i.opcode == "bra" for i in lower(k).instructions)

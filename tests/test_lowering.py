@@ -251,3 +251,94 @@ def test_a_selp_of_two_constants_lowers_to_a_move_and_a_selp():
     out = np.zeros(16, np.uint32)
     want = launch(k, 1, 4, [out]).buffers[0]
     assert launch(mk, 1, 4, [out]).buffers[0].tobytes() == want.tobytes()
+
+
+_EDGES32 = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x10000, 0xFFFF, 12345, 0x9E3779B9]
+
+
+@pytest.mark.parametrize("ty", ["u16", "s16", "u32", "s32", "u64", "s64"])
+def test_multiplies_of_every_form_match_the_interpreter(ty):
+    """mul and mad .lo / .hi / .wide on edge and random operands (the loop over the multiplier's
+    bits, the wide form's signed correction, a constant multiplier), lowered == original."""
+    w = int(ty[1:])
+    rng = np.random.default_rng(w + (ty[0] == "s"))
+    vals = [v & ((1 << w) - 1) for v in _EDGES32] + [int(x) for x in rng.integers(0, 1 << w, 32, dtype=np.uint64)]
+    n = 32
+    a = np.array(vals[:n], dtype=np.uint64)
+    b = np.array((vals[n // 2:] + vals)[:n][::-1], dtype=np.uint64)
+    r, rd = {16: "%rs", 32: "%r", 64: "%rd"}[w], {16: "%r", 32: "%rd", 64: None}[w]
+    body = ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
+            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
+            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
+            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
+            "\tadd.s64 \t%rd45, %rd43, 256;", "\tld.global.u64 \t%rd46, [%rd45];",
+            "\tmul.wide.u32 \t%rd47, %r100, 8;", "\tadd.s64 \t%rd48, %rd40, %rd47;"]
+    if w == 64:
+        body += ["\tmov.b64 \t%rd1, %rd44;", "\tmov.b64 \t%rd2, %rd46;"]
+    else:
+        body += [f"\tcvt.u{w}.u64 \t{r}1, %rd44;", f"\tcvt.u{w}.u64 \t{r}2, %rd46;"]
+    forms = [f"mul.lo.{ty} \t{r}3, {r}1, {r}2", f"mul.hi.{ty} \t{r}3, {r}1, {r}2",
+             f"mad.lo.{ty} \t{r}3, {r}1, {r}2, {r}1", f"mad.hi.{ty} \t{r}3, {r}1, {r}2, {r}2",
+             f"mul.lo.{ty} \t{r}3, {r}1, 1000003", f"mul.hi.{ty} \t{r}3, {r}2, -7"]
+    if rd:
+        forms += [f"mul.wide.{ty} \t{rd}3, {r}1, {r}2", f"mad.wide.{ty} \t{rd}3, {r}1, {r}2, {rd}3",
+                  f"mul.wide.{ty} \t{rd}3, {r}1, -3"]
+    wide = lambda f: ".wide." in f                                   # noqa: E731
+    for k, f in enumerate(forms):
+        dst = f"{rd}3" if wide(f) else f"{r}3"
+        if "mad.wide" in f:
+            body.append(f"\tmov.b{2 * w} \t{rd}3, 77;")
+        body.append(f"\t{f};")
+        bits = 2 * w if wide(f) else w
+        if bits == 64:
+            body.append(f"\tst.global.u64 \t[%rd48+{256 * k}], {dst};")
+        else:
+            body.append(f"\tcvt.u64.u{bits} \t%rd49, {dst};")
+            body.append(f"\tst.global.u64 \t[%rd48+{256 * k}], %rd49;")
+    body.append("\tret;")
+    k = parse_ptx(kernel_ptx("\n".join(body) + "\n", params=[("out", "u64"), ("ina", "u64")])).kernel()
+    inputs = np.concatenate([a, b])
+    want = launch(k, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    got = launch(lower(k), 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    assert want.tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("ty", ["u16", "s16", "u32", "s32", "u64", "s64"])
+def test_divisions_of_every_width_match_the_interpreter(ty):
+    """div and rem on edge and random operands (divisors with the top bit set: the remainder's
+    overflow), lowered == original (division by zero and MIN / -1: test above)."""
+    w = int(ty[1:])
+    M = (1 << w) - 1
+    rng = np.random.default_rng(100 + w + (ty[0] == "s"))
+    vals = [v & M for v in _EDGES32] + [int(x) for x in rng.integers(0, 1 << w, 40, dtype=np.uint64)]
+    n = 32
+    a = vals[:n]
+    b = (vals[n // 2:] + vals)[:n][::-1]
+    b[3], b[4] = 1 << (w - 1), M - 5                   # top bits set
+    b = [1 if y == 0 else y for y in b]
+    if ty[0] == "s":
+        b = [2 if (x == 1 << (w - 1) and y == M) else y for x, y in zip(a, b)]
+    r = {16: "%rs", 32: "%r", 64: "%rd"}[w]
+    body = ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
+            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
+            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
+            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
+            "\tadd.s64 \t%rd45, %rd43, 256;", "\tld.global.u64 \t%rd46, [%rd45];",
+            "\tadd.s64 \t%rd48, %rd40, %rd42;"]
+    if w == 64:
+        body += ["\tmov.b64 \t%rd1, %rd44;", "\tmov.b64 \t%rd2, %rd46;"]
+    else:
+        body += [f"\tcvt.u{w}.u64 \t{r}1, %rd44;", f"\tcvt.u{w}.u64 \t{r}2, %rd46;"]
+    forms = [f"div.{ty} \t{r}3, {r}1, {r}2", f"rem.{ty} \t{r}3, {r}1, {r}2", f"div.{ty} \t{r}3, {r}1, 7"]
+    for k, f in enumerate(forms):
+        body.append(f"\t{f};")
+        if w == 64:
+            body.append(f"\tst.global.u64 \t[%rd48+{256 * k}], {r}3;")
+        else:
+            body += [f"\tcvt.u64.u{w} \t%rd49, {r}3;", f"\tst.global.u64 \t[%rd48+{256 * k}], %rd49;"]
+    body.append("\tret;")
+    k = parse_ptx(kernel_ptx("\n".join(body) + "\n", params=[("out", "u64"), ("ina", "u64")])).kernel()
+    inputs = np.array(a + b, dtype=np.uint64)
+    want = launch(k, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    got = launch(lower(k), 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    assert want.tobytes() == got.tobytes()

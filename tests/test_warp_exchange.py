@@ -44,17 +44,60 @@ SHFL = """\tshfl.sync.{mode}.b32 \t%r2|%p1, %r1, {b}, {c}, %r99;
 """
 
 
+def _operand(value, form, name):
+    """(set-up code, operand): the value as an immediate, a constant register (one `mov` of an
+    immediate: folded when lowering) or a register computed at run time (not folded)."""
+    if form == "imm":
+        return "", str(value)
+    if form == "const":
+        return f"\tmov.u32 \t{name}, {value};\n", name
+    return f"\txor.b32 \t{name}, %r100, %r100;\n\tadd.u32 \t{name}, {name}, {value};\n", name
+
+
 @pytest.mark.parametrize("block", [32, 20])
-def test_shuffles_of_every_mode_and_width_match_the_interpreter(block):
+@pytest.mark.parametrize("form", ["imm", "const", "computed"])
+def test_shuffles_of_every_mode_and_width_match_the_interpreter(block, form):
     body = ""
     cases = [("up", 1, 0), ("up", 3, 0x1800), ("down", 2, 31), ("down", 5, 0x1c1f), ("bfly", 4, 31),
-             ("bfly", 1, 0x1e1f), ("idx", 7, 31), ("idx", 3, 0x181f)]
+             ("bfly", 1, 0x1e1f), ("idx", 7, 31), ("idx", 3, 0x181f), ("idx", 0x25, 0x101f)]
     for k, (mode, b, c) in enumerate(cases):
         if block < 32 and mode in ("down", "bfly", "idx"):
             continue                       # (lanes past the block: the interpreter raises)
-        body += SHFL.format(mode=mode, b=b, c=c, o=256 * k, o2=256 * k + 128)
-    out = _same(body.replace("+0]", "]"), block, n_out=512)
+        setb, ob = _operand(b, form, f"%r{40 + 2 * k}")
+        setc, oc = _operand(c, form, f"%r{41 + 2 * k}")
+        body += setb + setc + SHFL.format(mode=mode, b=ob, c=oc, o=256 * k, o2=256 * k + 128)
+    out = _same(body.replace("+0]", "]"), block, n_out=640)
     assert out.any()
+
+
+def test_known_operands_fold_away():
+    """Constant b, c and a full membermask leave no membermask check and no segment arithmetic."""
+    def length(mask_form, c_form):
+        setm, om = _operand(-1, mask_form, "%r60")
+        setc, oc = _operand(0x181f, c_form, "%r61")
+        body = setm + setc + f"\tshfl.sync.bfly.b32 \t%r2, %r1, 4, {oc}, {om};\n\tst.global.u32 \t[%rd9], %r2;\n"
+        _same(body, 32)
+        return len(lower(_kernel(body), one_warp=True).instructions)
+
+    # computed: two set-up instructions per operand (a folded constant's mov is not emitted), the
+    # 6 of the membermask check, and the segment's 7 (cval, seg, ~seg, minl, maxl) where known
+    # operands need 2 (minl, maxl)
+    assert length("computed", "computed") - length("const", "const") == 4 + 6 + 5
+    assert length("imm", "imm") == length("const", "const")      # the constants' movs are gone
+
+
+@pytest.mark.parametrize("block, faults", [(32, True), (16, False)])
+def test_a_constant_partial_membermask_is_checked_against_the_block(block, faults):
+    body = ("\tmov.u32 \t%r98, 65535;\n"
+            "\tshfl.sync.bfly.b32 \t%r2, %r1, 1, 31, %r98;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    k = _kernel(body)
+    if faults:
+        with pytest.raises(ExecutionError):
+            launch(k, 1, block, [np.zeros(32, np.uint32)])     # the original: thread 16 outside its mask
+        with pytest.raises(OutOfBounds):
+            launch(lower(k, one_warp=True), 1, block, [np.zeros(32, np.uint32)])
+    else:
+        _same(body, block, n_out=32)
 
 
 def test_a_shuffle_with_a_lane_dependent_source_in_a_loop():
@@ -118,3 +161,19 @@ def test_reading_a_lane_that_exited_raises_in_both():
     for kernel in (k, lower(k, one_warp=True)):
         with pytest.raises(ExecutionError):
             launch(kernel, 1, 32, [np.zeros(32, np.uint32)])
+
+
+def test_the_staging_array_after_the_kernels_own_shared_memory():
+    """The slots' addresses are numbers (warp_exchange.stage_address): with shared variables of
+    the kernel's own before the staging array, the shuffle still reads the right slots."""
+    body = ("\tshl.b32 \t%r5, %r100, 2;\n\tmov.u32 \t%r6, buf;\n\tadd.u32 \t%r6, %r6, %r5;\n"
+            "\tst.shared.u32 \t[%r6], %r1;\n"
+            "\tshfl.sync.down.b32 \t%r2, %r1, 3, 31, %r99;\n"
+            "\tld.shared.u32 \t%r7, [%r6];\n\tadd.u32 \t%r2, %r2, %r7;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    k = parse_ptx(kernel_ptx(HEAD + body + "\tret;\n", decls="\t.shared .align 4 .b8 buf[132];\n")).kernel()
+    mk = lower(k, one_warp=True)
+    from gpu_layers.interp.decode import make_layout
+    assert make_layout(mk).shared["__mq_stage"] == 136
+    a = launch(k, 1, 32, [np.zeros(32, np.uint32)])
+    b = launch(mk, 1, 32, [np.zeros(32, np.uint32)])
+    assert a.buffers[0].tobytes() == b.buffers[0].tobytes()

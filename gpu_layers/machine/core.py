@@ -190,17 +190,21 @@ def machine_kernel(kernel, grid, block, args=()):
     """A PTX kernel and its launch as the core runs them: (machine code, grid, block).
 
     The launch is made one-dimensional (gpu_layers.machine.flatten: the datapath has only the
-    linear thread and block indices), the kernel lowered for one warp (memory instructions as
+    linear thread and block indices) and its shape registers immediates, the kernel lowered for one warp (memory instructions as
     scalar word accesses, gpu_layers.machine.word_memory; shuffles and votes through shared
     memory, gpu_layers.machine.warp_exchange: their sequences are atomic only when no other
-    warp runs between their steps) and register-allocated. Refused by name: a block of
+    warp runs between their steps) and register-allocated; when that needs more register-file
+    slots than there are, constants live across float routines' calls are written again after
+    each call (gpu_layers.machine.remat) and the kernel allocated again. Refused by name: a block of
     several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
     would be out of range where the byte is not)."""
-    from gpu_layers.machine.flatten import flatten_launch
+    from gpu_layers.machine.flatten import flatten_launch, launch_constants
     from gpu_layers.machine.lower import lower
     from gpu_layers.machine.regalloc import allocate
+    from gpu_layers.machine.remat import rematerialize_constants
 
     flat, grid, block = flatten_launch(kernel, grid, block)
+    flat = launch_constants(flat, grid, block)
     _check_threads(block[0])                  # before the one-warp lowering, which needs it
     sub = next((ins for ins in flat.instructions if ins.opcode in ("ld", "st", "atom", "red")
                 and "param" not in ins.modifiers and ins.types and TYPE_BITS.get(ins.types[-1], 32) < 32),
@@ -210,8 +214,17 @@ def machine_kernel(kernel, grid, block, args=()):
         raise CoreError(f"line {sub.line}: `{sub}` is a sub-word access and buffer argument {odd[0]} "
                         f"has {args[odd[0]].nbytes} bytes: the machine reads bytes in whole 32-bit words, "
                         "so it needs buffers of whole words")
-    mk, _ = allocate(lower(flat, one_warp=True))
+    code = lower(flat, one_warp=True)
+    mk, _ = allocate(code)
+    if _slots_needed(mk) > R.REGS:            # constants written again after calls instead
+        mk, _ = allocate(rematerialize_constants(code)[0])
     return mk, grid, block
+
+
+def _slots_needed(mk) -> int:
+    from gpu_layers.machine.regalloc import register_slots
+
+    return 1 + max(register_slots(mk, R.REGS).values(), default=-1)
 
 
 def _check_threads(n: int):

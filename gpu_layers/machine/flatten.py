@@ -24,7 +24,7 @@ from math import prod
 import numpy as np
 
 from gpu_layers.interp.machine import _check_launch
-from gpu_layers.ptx.ir import Addr, Kernel, Module, Reg, RegDecl, Vec
+from gpu_layers.ptx.ir import Addr, Imm, Kernel, Module, Reg, RegDecl, Vec
 from gpu_layers.ptx.validator import validate
 
 from .lower import _Emitter, _mul_const, _op
@@ -68,6 +68,29 @@ def flatten_launch(kernel: Kernel, grid, block) -> tuple[Kernel, tuple, tuple]:
                         vars=list(src.vars) if src else [])
     validate(out.module, out.name)
     return out, flat_grid, flat_block
+
+
+def launch_constants(kernel, grid, block):
+    """A 1-D launch's kernel with its shape registers (%ntid.*, %nctaid.*) read as immediates:
+    the machine code is made for this launch, and a multiply by blockDim.x then becomes shifts
+    and adds when lowering instead of a loop (the datapath reads them as constants anyway).
+    Returns `kernel` itself when it reads none."""
+    values = {f"%ntid.{c}": n for c, n in zip(_COMP, block)}
+    values.update({f"%nctaid.{c}": n for c, n in zip(_COMP, grid)})
+
+    def imm(op):
+        return Imm(values[op.name]) if isinstance(op, Reg) and op.name in values else op
+    code = [replace(ins, operands=[imm(op) for op in ins.operands]) for ins in kernel.instructions]
+    if all(a.operands == b.operands for a, b in zip(code, kernel.instructions)):
+        return kernel
+    out = replace(kernel, instructions=code, labels=dict(kernel.labels), regs=list(kernel.regs),
+                  directives=list(kernel.directives), vars=list(kernel.vars), params=list(kernel.params))
+    src = kernel.module
+    out.module = Module(version=src.version if src else "", target=src.target if src else "",
+                        address_size=src.address_size if src else 64, kernels={kernel.name: out},
+                        vars=list(src.vars) if src else [])
+    validate(out.module, out.name)
+    return out
 
 
 def _reads(ins) -> list:

@@ -28,8 +28,9 @@ atomic adds become compare-and-swap loops around it.
 
 Machine code is ordinary PTX for the reference interpreter, so tests run the lowered kernel next
 to the original and compare outputs bit for bit. Costs are those of v1 (docs/machine.md): a
-data-dependent multiply is a 32-step shift-and-add loop (a multiply-step unit is planned), a
-multiply by a constant becomes shifts and adds; an f32 fma is about 500 machine steps per thread.
+data-dependent multiply is a shift-and-add loop over the multiplier's bits, four a turn (about
+5.75 steps a bit; a wide multiply loops over the w bits of its operand, not 2w), a multiply by a
+constant becomes shifts and adds; an f32 fma is about 500 machine steps per thread.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
 from . import softfloat, warp_exchange, word_memory
+from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
@@ -110,13 +112,17 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
         word_memory.frame_prologue(em, frame)
     stage = warp_exchange.staging(kernel) if one_warp else None
     if stage:                               # shuffles: a staging array in shared memory
-        em.regbits[warp_exchange.EPOCH] = 32
+        em.regbits[warp_exchange.EPOCH] = 64
+        em.stage_address = warp_exchange.stage_address(kernel, [frames[0]] if frames else [])
         warp_exchange.prologue(em)
     starts = []
-    for ins in kernel.instructions:
+    for i, ins in enumerate(kernel.instructions):
         starts.append(len(em.code))
         em.line = ins.line          # generated code carries the line it came from
         em.start = len(em.code)
+        em.index = i
+        if i in em.folded:
+            continue                # a constant only the warp exchanges read: folded there
         if _is_machine_form(ins):
             em.push(ins)
         else:
@@ -136,7 +142,7 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
         regs.append(RegDecl(type="b32", names=[word_memory.LANE_FRAME], line=0))
         kvars.append(frames[0])
     if stage:
-        regs.append(RegDecl(type="b32", names=[warp_exchange.EPOCH], line=0))
+        regs.append(RegDecl(type="b64", names=[warp_exchange.EPOCH], line=0))
         kvars.append(stage)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns)
@@ -144,6 +150,10 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
     out.module = Module(version=src.version if src else "", target=src.target if src else "",
                         kernels={kernel.name: out}, vars=list(src.vars) if src else [])
     validate(out.module, out.name)
+    if stage:                               # the slots' addresses were emitted as numbers
+        from gpu_layers.interp.decode import make_layout
+
+        assert make_layout(out).shared[warp_exchange.STAGE] == em.stage_address
     return out
 
 
@@ -151,6 +161,13 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
 
 
 _TMP = {1: ("pred", "%mqp"), 16: ("b16", "%mqh"), 32: ("b32", "%mq"), 64: ("b64", "%mqd")}
+
+
+def _constant_values(kernel, lv) -> dict:
+    from gpu_layers.machine.remat import constants
+
+    return {r: kernel.instructions[i].operands[1].value for r, i in constants(kernel, lv).items()
+            if isinstance(kernel.instructions[i].operands[1], Imm)}
 
 
 class _Emitter:
@@ -167,6 +184,13 @@ class _Emitter:
         self.regnames = {n for d in kernel.regs for n in d.names if not n.startswith("%")}
         self.regbits = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names}
         self.start = 0          # first emitted instruction of the current expansion
+        # for the warp exchanges: the source kernel's liveness (a shuffle's predicate nothing
+        # reads is not written) and its constant registers' values (remat.constants)
+        # (and a multiply by a constant register becomes shifts and adds)
+        self.liveness = liveness(kernel)
+        self.constants = _constant_values(kernel, self.liveness)
+        self.index = 0          # the source instruction being expanded
+        self.folded = warp_exchange.folded_constants(kernel, self.constants) if one_warp else set()
 
     def read_elsewhere(self, last) -> set:
         """Registers the current expansion reads (other than as `last`'s destination): a value
@@ -370,34 +394,48 @@ def _finish(em, ins, t, value):
 # -------------------------------------------------------------------------- multiply / divide
 
 
+UNROLL = 4          # multiplier bits per iteration of a multiply loop
+
+
+def _known(em, x) -> str:
+    """x, or its value where x is a constant register (remat.constants: one `mov` of an
+    immediate, read only after it)."""
+    return str(em.constants[x]) if x in em.constants else x
+
+
 def _mul_lo(em, w, a, b) -> str:
-    """a * b mod 2^w (w-bit patterns): constants become shifts and adds, else a w-step loop."""
+    """a * b mod 2^w (w-bit patterns): constants become shifts and adds, else a loop."""
     for x, y in ((a, b), (b, a)):
+        y = _known(em, y)
         if y.lstrip("-").isdigit():
             return _mul_const(em, w, x, int(y) & ((1 << w) - 1))
-    x, y = _copy(em, w, a), _copy(em, w, b)
-    acc, cnt = em.tmp(w), em.tmp(32)
+    return _mul_loop(em, w, _copy(em, w, a), b, w)
+
+
+def _mul_loop(em, w, x, y, wy) -> str:
+    """x * y mod 2^w for a w-bit register x and a wy-bit multiplier y: y's bits from the top,
+    acc = 2 acc + (bit ? x : 0), UNROLL bits per iteration of a loop on a fresh counter (5 steps
+    a bit, 3 an iteration). A multiplier bit selects (selp), so y's poison reaches acc; x's is
+    added in at the end (x ^ x is 0 or undefined): an undefined x times 0 is undefined."""
+    yy, acc = _copy(em, wy, y), em.tmp(w)
     em.emit(f"mov.b{w} {acc}, 0")
-    em.emit(f"mov.b32 {cnt}, {w}")
-    top = em.label()
-    em.place(top)
-    bit = _op(em, w, "and", y, 1)
-    p = _setp(em, "ne", f"b{w}", bit, 0)
-    s = _op(em, w, "add", acc, x, f"u{w}")
-    em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
-    em.emit(f"shl.b{w} {x}, {x}, 1")
-    em.emit(f"shr.u{w} {y}, {y}, 1")
-    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
-    q = _setp(em, "ne", "u32", cnt, 0)
-    em.emit(f"@{q} bra {top}")
+
+    def step():
+        em.emit(f"shl.b{w} {acc}, {acc}, 1")
+        s = _op(em, w, "add", x, acc, f"u{w}")
+        p = _setp(em, "lt", f"s{wy}", yy, 0)          # the multiplier's top bit
+        em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
+        em.emit(f"shl.b{wy} {yy}, {yy}, 1")
+    _counted_loop(em, wy // UNROLL, lambda: [step() for _ in range(UNROLL)])
+    em.emit(f"add.u{w} {acc}, {acc}, {_op(em, w, 'xor', x, x)}")
     return acc
 
 
 def _mul_const(em, w, x, k) -> str:
-    """x * k as shifts and adds of x (k a constant)."""
+    """x * k as shifts and adds of x (k a constant; x * 0 is x ^ x: 0, or undefined with x)."""
     terms = [i for i in range(w) if (k >> i) & 1]
     if not terms:
-        return "0"
+        return _op(em, w, "xor", x, x)
     acc = None
     for i in terms:
         t = _op(em, w, "shl", x, i) if i else _copy(em, w, x)
@@ -405,11 +443,25 @@ def _mul_const(em, w, x, k) -> str:
     return acc
 
 
+def _mul_wide(em, w, a, b, signed) -> str:
+    """The 2w-bit product of w-bit a and b: the unsigned product from a loop over b's w bits,
+    then for signed operands ua ub - 2^w (A ub + B ua) (A, B: a, b negative)."""
+    ka, kb = _known(em, a), _known(em, b)
+    if ka.lstrip("-").isdigit() or kb.lstrip("-").isdigit():
+        return _mul_lo(em, 2 * w, _ext(em, w, ka, signed, 2 * w), _ext(em, w, kb, signed, 2 * w))
+    acc = _mul_loop(em, 2 * w, _ext(em, w, a, False, 2 * w), b, w)
+    if signed:
+        for u, v in ((a, b), (b, a)):
+            neg = _setp(em, "lt", f"s{w}", u, 0)
+            high = _op(em, 2 * w, "shl", _ext(em, w, v, False, 2 * w), w)
+            em.emit(f"sub.u{2 * w} {acc}, {acc}, {_sel(em, 2 * w, high, 0, neg)}")
+    return acc
+
+
 def _mul_full(em, w, a, b, signed) -> tuple[str, str]:
     """(low, high) w-bit halves of the 2w-bit product of w-bit a and b."""
     if w <= 32:
-        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
-        prod = _mul_lo(em, 2 * w, wa, wb)
+        prod = _mul_wide(em, w, a, b, signed)
         lo, hi = em.tmp(w), em.tmp(w)
         em.emit(f"cvt.u{w}.u{2 * w} {lo}, {prod}")
         sh = _op(em, 2 * w, "shr", prod, w, f"u{2 * w}")
@@ -425,8 +477,7 @@ def _mul_full(em, w, a, b, signed) -> tuple[str, str]:
         em.emit(f"cvt.u32.u64 {hi32}, {t}")
 
     def wide(x, y):
-        xx, yy = _ext(em, 32, x, False, 64), _ext(em, 32, y, False, 64)
-        return _mul_lo(em, 64, xx, yy)
+        return _mul_loop(em, 64, _ext(em, 32, x, False, 64), y, 32)
     ll, lh, hl, hh = wide(al, bl), wide(al, bh), wide(ah, bl), wide(ah, bh)
     # low = ll + (lh << 32) + (hl << 32); carries into high
     lo = _copy(em, 64, ll)
@@ -455,8 +506,7 @@ def _x_imul(em, ins):
         _finish(em, ins, t, _mul_lo(em, w, a, b))
         return
     if mode == "wide":
-        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
-        _finish(em, ins, f"{t[0]}{2 * w}", _mul_lo(em, 2 * w, wa, wb))
+        _finish(em, ins, f"{t[0]}{2 * w}", _mul_wide(em, w, a, b, signed))
         return
     _finish(em, ins, t, _mul_full(em, w, a, b, signed)[1])
 
@@ -468,8 +518,7 @@ def _x_imad(em, ins):
         p = _mul_lo(em, w, a, b)
         _finish(em, ins, t, _op(em, w, "add", p, c, f"u{w}"))
     elif mode == "wide":
-        wa, wb = _ext(em, w, a, signed, 2 * w), _ext(em, w, b, signed, 2 * w)
-        p = _mul_lo(em, 2 * w, wa, wb)
+        p = _mul_wide(em, w, a, b, signed)
         _finish(em, ins, f"{t[0]}{2 * w}", _op(em, 2 * w, "add", p, c, f"u{2 * w}"))
     else:
         hi = _mul_full(em, w, a, b, signed)[1]
@@ -501,34 +550,57 @@ def _bits24(em, x, signed) -> str:
     return _ext(em, 32, lo, signed, 64)
 
 
-def _udivrem(em, w, a, b) -> tuple[str, str]:
-    """(a / b, a % b) of unsigned w-bit values by restoring division (b == 0 handled by callers)."""
-    q, r, x = em.tmp(w), em.tmp(w), _copy(em, w, a)
-    b = _copy(em, w, b)
-    cnt = em.tmp(32)
-    em.emit(f"mov.b{w} {q}, 0")
+def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
+    """(a / b, a % b) of unsigned w-bit values (b == 0 handled by callers): binary long division,
+    a bit a step, UNROLL steps an iteration of a loop on a fresh counter. Step k shifts the
+    dividend's next bit into the remainder r; where r >= b it subtracts b and the quotient bit
+    is 1. r never overflows: after k steps r = (a's top k bits) mod b < 2^k, so before the last
+    shift r < 2^(w-1). w <= 32: r and the dividend share one 2w-bit register RX = r << w | x, so
+    one shift moves the bit, and subtracting (b << w) - 1 also sets the quotient bit that
+    entered x's bottom: after w steps RX = remainder << w | quotient (4 steps a bit). w = 64: r
+    apart, the quotient shifting into the dividend's register (9 a bit; 7 for the remainder
+    alone, `quotient=False`, which returns (None, remainder))."""
+    if w <= 32:
+        W = 2 * w
+        rx = _ext(em, w, a, False, W)
+        bb = _op(em, W, "shl", _ext(em, w, b, False, W), w)
+        bm = _op(em, W, "sub", bb, 1, f"u{W}")
+
+        def step():
+            em.emit(f"shl.b{W} {rx}, {rx}, 1")
+            take = _setp(em, "ge", f"u{W}", rx, bb)
+            em.emit(f"selp.b{W} {rx}, {_op(em, W, 'sub', rx, bm, f'u{W}')}, {rx}, {take}")
+        _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
+        q, r = em.tmp(w), em.tmp(w)
+        em.emit(f"cvt.u{w}.u{W} {q}, {rx}")
+        em.emit(f"cvt.u{w}.u{W} {r}, {_op(em, W, 'shr', rx, w, f'u{W}')}")
+        return q, r
+    r, x, b = em.tmp(w), _copy(em, w, a), _copy(em, w, b)
     em.emit(f"mov.b{w} {r}, 0")
-    em.emit(f"mov.b32 {cnt}, {w}")
+
+    def step():
+        hb = _op(em, w, "shr", x, w - 1, f"u{w}")
+        em.emit(f"shl.b{w} {r}, {r}, 1")
+        em.emit(f"or.b{w} {r}, {r}, {hb}")
+        em.emit(f"shl.b{w} {x}, {x}, 1")
+        take = _setp(em, "ge", f"u{w}", r, b)
+        em.emit(f"selp.b{w} {r}, {_op(em, w, 'sub', r, b, f'u{w}')}, {r}, {take}")
+        if quotient:
+            em.emit(f"selp.b{w} {x}, {_op(em, w, 'or', x, 1)}, {x}, {take}")
+    _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
+    return (x if quotient else None), r
+
+
+def _counted_loop(em, n, body):
+    """body() n times (n >= 1): a loop on a fresh counter, never on data."""
+    cnt = em.tmp(32)
+    em.emit(f"mov.b32 {cnt}, {n}")
     top = em.label()
     em.place(top)
-    # r = (r << 1) | top bit of x; x <<= 1; r >= b (also when r overflowed) -> subtract, q bit 1
-    hb = _op(em, w, "shr", x, w - 1, f"u{w}")
-    over = _setp(em, "lt", f"s{w}", r, 0)      # r's top bit: r << 1 does not fit in w bits
-    r2 = _op(em, w, "shl", r, 1)
-    em.emit(f"or.b{w} {r}, {r2}, {hb}")
-    em.emit(f"shl.b{w} {x}, {x}, 1")
-    ge = _setp(em, "ge", f"u{w}", r, b)
-    take = em.tmp(1)
-    em.emit(f"or.pred {take}, {ge}, {over}")
-    rs = _op(em, w, "sub", r, b, f"u{w}")
-    em.emit(f"selp.b{w} {r}, {rs}, {r}, {take}")
-    q2 = _op(em, w, "shl", q, 1)
-    q3 = _op(em, w, "or", q2, 1)
-    em.emit(f"selp.b{w} {q}, {q3}, {q2}, {take}")
+    body()
     em.emit(f"sub.u32 {cnt}, {cnt}, 1")
     more = _setp(em, "ne", "u32", cnt, 0)
     em.emit(f"@{more} bra {top}")
-    return q, r
 
 
 def _x_divrem(em, ins):
@@ -540,18 +612,20 @@ def _x_divrem(em, ins):
         an, bn = _setp(em, "lt", f"s{w}", a, 0), _setp(em, "lt", f"s{w}", b, 0)
         na, nb = _op(em, w, "sub", 0, a, f"u{w}"), _op(em, w, "sub", 0, b, f"u{w}")
         ua, ub = _sel(em, w, na, a, an), _sel(em, w, nb, b, bn)
-        q, r = _udivrem(em, w, ua, ub)
-        qneg = em.tmp(1)
-        em.emit(f"xor.pred {qneg}, {an}, {bn}")
-        q = _sel(em, w, _op(em, w, "sub", 0, q, f"u{w}"), q, qneg)
-        r = _sel(em, w, _op(em, w, "sub", 0, r, f"u{w}"), r, an)       # the remainder has a's sign
+        q, r = _udivrem(em, w, ua, ub, quotient=not is_rem)
+        if is_rem:
+            r = _sel(em, w, _op(em, w, "sub", 0, r, f"u{w}"), r, an)   # the remainder has a's sign
+        else:
+            qneg = em.tmp(1)
+            em.emit(f"xor.pred {qneg}, {an}, {bn}")
+            q = _sel(em, w, _op(em, w, "sub", 0, q, f"u{w}"), q, qneg)
         ismin = _setp(em, "eq", f"b{w}", a, 1 << (w - 1))
         m1 = _setp(em, "eq", f"b{w}", b, (1 << w) - 1)
         ovf = em.tmp(1)
         em.emit(f"and.pred {ovf}, {ismin}, {m1}")
         em.emit(f"or.pred {bad}, {bad}, {ovf}")
     else:
-        q, r = _udivrem(em, w, a, b)
+        q, r = _udivrem(em, w, a, b, quotient=not is_rem)
     res = _sel(em, w, _undef_of(em, w), r if is_rem else q, bad)
     _finish(em, ins, t, res)
 

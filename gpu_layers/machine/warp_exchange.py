@@ -12,12 +12,14 @@ shuffle becomes:
   2. The membermask check: a mask missing a thread of the block faults (a guarded load from
      address 0): partial masks are refused at run time, never run with the wrong waiting rule.
   3. Each lane stores its value with the shuffle's epoch (a per-thread count of shuffles, equal in
-     every lane that takes part) in its 8-byte slot of the staging array.
+     every lane that takes part, kept shifted to the slot's high word) in its 8-byte slot of the
+     staging array.
   4. shfl: each lane computes its source lane j and pval by PTX's rule (interp/decode.py
      `_shfl`), loads slot j and checks its epoch: a slot of this shuffle, or the lane read does
      not take part (it exited): the interpreter raises there, and the sequence faults. vote:
-     each lane reads every lane's slot (a loop over the block's lanes); a lane of an older
-     epoch (exited) does not count, as in the interpreter's vote over the executing lanes.
+     each lane ORs every slot of this exchange into its own word (a loop over the block's
+     slots); a lane of an older epoch (exited) does not count, as in the interpreter's vote over
+     the executing lanes.
 
 Stricter than the original in one case only, and by raising: a lane whose value is undefined
 raises at its store even when no lane reads it (a store's value is observable).
@@ -25,12 +27,15 @@ raises at its store even when no lane reads it (a store's value is observable).
 from __future__ import annotations
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import Pair, Reg, Sink, VarDecl
+from gpu_layers.ptx.ir import Addr, Imm, Pair, Reg, Sink, VarDecl, Vec
 
-from .word_memory import fault_where, lane_loop
+from .word_memory import fault_where
 
 STAGE = "__mq_stage"             # 32 slots of 8 bytes: value | epoch << 32
-EPOCH = "%mq_epoch"              # shuffles this thread has taken part in
+EPOCH = "%mq_epoch"              # (shuffles this thread has taken part in) << 32, 64 bits
+EPOCH_ONE = 1 << 32
+HIGH_WORD = 0xFFFFFFFF00000000
+FULL = 0xFFFFFFFF
 
 
 def needs(ins) -> bool:
@@ -47,10 +52,8 @@ def staging(kernel):
 def prologue(em):
     """Epoch 0, and this lane's slot written (epoch 0: no exchange yet), so a vote reads a
     defined slot for a lane that exits before it."""
-    em.emit(f"mov.u32 {EPOCH}, 0")
-    zero = em.tmp(64)
-    em.emit(f"mov.b64 {zero}, 0")
-    em.emit(f"st.shared.u64 [{_slot(em, '%laneid')}], {zero}")
+    em.emit(f"mov.b64 {EPOCH}, 0")
+    em.emit(f"st.shared.u64 [{_slot(em, '%laneid')}], {EPOCH}")
 
 
 def expand(em, ins):
@@ -66,73 +69,122 @@ def expand(em, ins):
 def _arrive(em, value, mask):
     """Steps 1-3: the barrier, the membermask check, this lane's slot = value | epoch << 32."""
     em.emit("bar.sync 0")
-    bm = em.tmp(32)                  # the membermask names every thread of the block:
-    em.emit(f"shl.b32 {bm}, 1, %ntid.x")            # (mask | ~((1 << ntid) - 1)) == ~0 (ntid 32: 0)
-    em.emit(f"sub.u32 {bm}, {bm}, 1")
-    em.emit(f"not.b32 {bm}, {bm}")
-    em.emit(f"or.b32 {bm}, {bm}, {mask}")
-    bad = em.tmp(1)
-    em.emit(f"setp.ne.u32 {bad}, {bm}, -1")
-    fault_where(em, bad, bm)
-    em.emit(f"add.u32 {EPOCH}, {EPOCH}, 1")
-    w, e = em.tmp(64), em.tmp(64)
-    em.emit(f"cvt.u64.u32 {w}, {value}")
-    em.emit(f"cvt.u64.u32 {e}, {EPOCH}")
-    em.emit(f"shl.b64 {e}, {e}, 32")
-    em.emit(f"or.b64 {w}, {w}, {e}")
-    em.emit(f"st.shared.u64 [{_slot(em, '%laneid')}], {w}")
+    known = _known(em, mask)
+    if known is not None:            # (its register's mov may not be emitted: folded_constants)
+        mask = known
+    if known != FULL:                # a full mask names every thread: no check
+        bm = em.tmp(32)              # the membermask names every thread of the block:
+        em.emit(f"shl.b32 {bm}, 1, %ntid.x")        # (mask | ~((1 << ntid) - 1)) == ~0 (ntid 32: 0)
+        em.emit(f"sub.u32 {bm}, {bm}, 1")
+        em.emit(f"not.b32 {bm}, {bm}")
+        em.emit(f"or.b32 {bm}, {bm}, {mask}")
+        bad = em.tmp(1)
+        em.emit(f"setp.ne.u32 {bad}, {bm}, -1")
+        fault_where(em, bad, bm)
+    em.emit(f"add.u64 {EPOCH}, {EPOCH}, {EPOCH_ONE}")
+    slot = _slot(em, "%laneid")
+    em.emit(f"st.shared.u64 [{slot}], {EPOCH}")     # the epoch's high word, then the value's low one
+    em.emit(f"st.shared.u32 [{slot}], {value}")
+
+
+def folded_constants(kernel, constants) -> set:
+    """Indices of the `mov`s of constant registers that only warp exchanges read, and only as
+    operands they fold (shfl's b, c and membermask; vote's membermask): not emitted at all."""
+    read = set()
+    for ins in kernel.instructions:
+        if _is_constant_mov(ins) and ins.operands[0].name in constants:
+            continue                                 # its own write
+        ops = ins.operands[:2] if needs(ins) else ins.operands      # dst and a / dst and p
+        for op in ops:
+            read.update(_reg_names(op))
+        if ins.guard is not None:
+            read.add(ins.guard.reg)
+    return {i for i, ins in enumerate(kernel.instructions) if _is_constant_mov(ins)
+            and ins.operands[0].name in constants and ins.operands[0].name not in read}
+
+
+def _is_constant_mov(ins) -> bool:
+    return (ins.opcode == "mov" and ins.guard is None and len(ins.operands) == 2
+            and isinstance(ins.operands[0], Reg) and isinstance(ins.operands[1], Imm))
+
+
+def _reg_names(op) -> list:
+    if isinstance(op, Reg):
+        return [op.name]
+    if isinstance(op, Pair):
+        return [x.name for x in (op.first, op.second) if isinstance(x, Reg)]
+    if isinstance(op, Vec):
+        return [e.name for e in op.elems if isinstance(e, Reg)]
+    if isinstance(op, Addr) and isinstance(op.base, Reg):
+        return [op.base.name]
+    return []
+
+
+def _known(em, op):
+    """The 32-bit value of an operand known when lowering (an immediate, or a register that is a
+    constant: gpu_layers.machine.remat.constants), else None."""
+    if isinstance(op, Imm):
+        return op.value & FULL
+    if isinstance(op, Reg) and op.name in em.constants:
+        return em.constants[op.name] & FULL
+    return None
 
 
 def _read(em, lane):
     """(value, whether the slot is this exchange's) of `lane`'s slot."""
-    got, hi64 = em.tmp(64), em.tmp(64)
+    got, hi = em.tmp(64), em.tmp(64)
     em.emit(f"ld.shared.u64 {got}, [{_slot(em, lane)}]")
-    hi = em.tmp(32)
-    em.emit(f"shr.u64 {hi64}, {got}, 32")
-    em.emit(f"cvt.u32.u64 {hi}, {hi64}")
+    em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
     ok = em.tmp(1)
-    em.emit(f"setp.eq.u32 {ok}, {hi}, {EPOCH}")
+    em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")
     v = em.tmp(32)
     em.emit(f"cvt.u32.u64 {v}, {got}")
     return v, ok
 
 
 def _vote(em, ins):
-    """vote.sync.{ballot,any,all,uni}: every lane stores its predicate, then reads every lane's
-    slot (a loop over the block's lanes); lanes that exited (an older epoch) do not count."""
+    """vote.sync.{ballot,any,all,uni}: every lane stores a word whose OR over the lanes taking
+    part gives the answer (ballot: p << lane; any: p; all: !p; uni: p ? 1 : 2), then ORs every
+    slot of this exchange's epoch into its own (a loop over the block's slots); lanes that
+    exited (an older epoch) do not count."""
     mode = ins.modifiers[1] if len(ins.modifiers) > 1 else ins.modifiers[0]
     d, p, mask = ins.operands
     if not isinstance(p, Reg):
         raise UnsupportedPTX([f"line {ins.line}: `{ins}`: the predicate operand is not a register"])
-    bit = em.tmp(32)
-    em.emit(f"selp.b32 {bit}, 1, 0, {p}")
-    _arrive(em, bit, mask)
-    acc, act = em.tmp(32), em.tmp(32)
-    for r in (acc, act):
-        em.emit(f"mov.b32 {r}, 0")
-
-    def count(i):
-        v, ok = _read(em, i)
-        one = em.tmp(32)
-        em.emit(f"selp.b32 {one}, 1, 0, {ok}")       # lane i takes part
-        em.emit(f"and.b32 {v}, {v}, {one}")          # ... and its predicate holds
-        em.emit(f"shl.b32 {one}, {one}, {i}")
-        em.emit(f"or.b32 {act}, {act}, {one}")
-        em.emit(f"shl.b32 {v}, {v}, {i}")
-        em.emit(f"or.b32 {acc}, {acc}, {v}")
-
-    lane_loop(em, count)
+    word = em.tmp(32)
+    yes, no = {"all": (0, 1), "uni": (1, 2)}.get(mode, (1, 0))
+    em.emit(f"selp.b32 {word}, {yes}, {no}, {p}")
     if mode == "ballot":
-        em.emit(f"mov.b32 {d}, {acc}")
+        lane = em.tmp(32)
+        em.emit(f"mov.u32 {lane}, %laneid")
+        em.emit(f"shl.b32 {word}, {word}, {lane}")
+    _arrive(em, word, mask)
+    acc, at, end = em.tmp(64), em.tmp(32), em.tmp(32)
+    em.emit(f"mov.b64 {acc}, 0")
+    em.emit(f"mov.u32 {at}, 0")                      # the slot's offset: 8 x lane
+    em.emit(f"mov.u32 {end}, %ntid.x")
+    em.emit(f"shl.b32 {end}, {end}, 3")
+    top = em.label()
+    em.place(top)
+    got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
+    em.emit(f"ld.shared.u64 {got}, [{at}+{em.stage_address}]")
+    em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
+    em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")      # this exchange's: the lane takes part
+    em.emit(f"@{ok} or.b64 {acc}, {acc}, {got}")     # (the high words: this epoch, dropped)
+    em.emit(f"add.u32 {at}, {at}, 8")
+    more = em.tmp(1)
+    em.emit(f"setp.lt.u32 {more}, {at}, {end}")
+    em.emit(f"@{more} bra {top}")
+    low = em.tmp(32)
+    em.emit(f"cvt.u32.u64 {low}, {acc}")
+    if mode == "ballot":
+        em.emit(f"mov.b32 {d}, {low}")
     elif mode == "any":
-        em.emit(f"setp.ne.u32 {d}, {acc}, 0")
+        em.emit(f"setp.ne.u32 {d}, {low}, 0")
     elif mode == "all":
-        em.emit(f"setp.eq.u32 {d}, {acc}, {act}")
-    else:                                            # uni: all equal
-        z = em.tmp(1)
-        em.emit(f"setp.eq.u32 {z}, {acc}, 0")
-        em.emit(f"setp.eq.u32 {d}, {acc}, {act}")
-        em.emit(f"or.pred {d}, {d}, {z}")
+        em.emit(f"setp.eq.u32 {d}, {low}, 0")
+    else:                                            # uni: not both a true and a false lane
+        em.emit(f"setp.ne.u32 {d}, {low}, 3")
 
 
 def _shfl(em, ins):
@@ -141,17 +193,33 @@ def _shfl(em, ins):
     d, p = (dst.first, dst.second) if isinstance(dst, Pair) else (dst, None)
     t32 = lambda: em.tmp(32)           # noqa: E731
     _arrive(em, a, mask)
-    # the source lane j and pval (PTX ISA shfl.sync; interp/decode.py _shfl)
-    bval, cval, seg = t32(), t32(), t32()
-    em.emit(f"and.b32 {bval}, {b}, 31")
-    em.emit(f"and.b32 {cval}, {c}, 31")
-    em.emit(f"shr.u32 {seg}, {c}, 8")
-    em.emit(f"and.b32 {seg}, {seg}, 31")
-    minl, maxl, nseg = t32(), t32(), t32()
-    em.emit(f"and.b32 {minl}, %laneid, {seg}")
-    em.emit(f"not.b32 {nseg}, {seg}")
-    em.emit(f"and.b32 {maxl}, {cval}, {nseg}")
-    em.emit(f"or.b32 {maxl}, {maxl}, {minl}")
+    # the source lane j and pval (PTX ISA shfl.sync; interp/decode.py _shfl); with b and c known
+    # when lowering, their fields are immediates and a segment of 0 drops its terms
+    kb, kc = _known(em, b), _known(em, c)
+    if kb is not None:
+        bval = kb & 31
+    else:
+        bval = t32()
+        em.emit(f"and.b32 {bval}, {b}, 31")
+    if kc is not None:
+        cval, seg = kc & 31, (kc >> 8) & 31
+        nseg = ~seg & FULL
+    else:
+        cval, seg, nseg = t32(), t32(), t32()
+        em.emit(f"and.b32 {cval}, {c}, 31")
+        em.emit(f"shr.u32 {seg}, {c}, 8")
+        em.emit(f"and.b32 {seg}, {seg}, 31")
+        em.emit(f"not.b32 {nseg}, {seg}")
+    if seg == 0:                       # a segment of the whole warp: minl 0, maxl = cval
+        minl, maxl = 0, cval
+    else:
+        minl, maxl = t32(), t32()
+        em.emit(f"and.b32 {minl}, %laneid, {seg}")
+        if kc is not None:
+            em.emit(f"or.b32 {maxl}, {minl}, {cval & nseg}")
+        else:
+            em.emit(f"and.b32 {maxl}, {cval}, {nseg}")
+            em.emit(f"or.b32 {maxl}, {maxl}, {minl}")
     j, out = t32(), em.tmp(1)          # out: not pval (the lane reads itself)
     if mode == "up":
         em.emit(f"sub.u32 {j}, %laneid, {bval}")
@@ -161,8 +229,10 @@ def _shfl(em, ins):
             em.emit(f"add.u32 {j}, %laneid, {bval}")
         elif mode == "bfly":
             em.emit(f"xor.b32 {j}, %laneid, {bval}")
+        elif isinstance(bval, int) and isinstance(nseg, int):
+            em.emit(f"or.b32 {j}, {minl}, {bval & nseg}" if seg else f"mov.u32 {j}, {bval}")
         else:
-            em.emit(f"and.b32 {j}, {bval}, {nseg}")
+            em.emit(f"and.b32 {j}, {nseg}, {bval}")
             em.emit(f"or.b32 {j}, {j}, {minl}")
         em.emit(f"setp.gt.s32 {out}, {j}, {maxl}")
     src = t32()                        # (%laneid is operand a: the core reads specials there)
@@ -171,15 +241,24 @@ def _shfl(em, ins):
     fault_where(em, f"!{ok}", src)                   # the lane read did not take part: fault
     if not isinstance(d, Sink):
         em.emit(f"mov.b32 {d}, {v}")
-    if p is not None and not isinstance(p, Sink):
-        em.emit(f"not.pred {p}, {out}")
+    if p is not None and not isinstance(p, Sink) and p.name in em.liveness.live_out[em.index]:
+        em.emit(f"not.pred {p}, {out}")              # (a predicate nothing reads is not written)
 
+
+def stage_address(kernel, vars_before) -> int:
+    """The staging array's shared address in the lowered kernel, whose variables are the kernel's,
+    then `vars_before`, then the staging array (interp/decode.py make_layout): a slot is then
+    `[lane * 8 + address]`, one instruction."""
+    from dataclasses import replace
+
+    from gpu_layers.interp.decode import make_layout
+
+    k = replace(kernel, vars=list(kernel.vars) + list(vars_before) + [staging(kernel)])
+    return make_layout(k).shared[STAGE]
 
 
 def _slot(em, lane) -> str:
-    """A register holding the shared address of `lane`'s staging slot."""
-    off, base = em.tmp(32), em.tmp(32)
+    """The address operand (inside the brackets) of `lane`'s staging slot."""
+    off = em.tmp(32)
     em.emit(f"shl.b32 {off}, {lane}, 3")
-    em.emit(f"mov.u32 {base}, {STAGE}")
-    em.emit(f"add.u32 {base}, {base}, {off}")
-    return base
+    return f"{off}+{em.stage_address}"
