@@ -100,8 +100,9 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
     """Run a launch inside the model: `kernel` (PTX IR), `args` (interp.launch_args), `outputs`
     (buffer argument indices the dump returns); `prompt`: model_prompt's result, if already made.
     Returns ({argument index: array decoded from the generated tokens}, generated tokens,
-    seconds). progress(message) gets the compile notice and a line every 1,000 tokens;
-    on_tokens(n), if given, is called instead of the line (either may raise to stop the run)."""
+    seconds). progress(message) gets the compile notice, a line every 1,000 tokens and one at
+    the end; on_tokens(n), if given, is called instead of the lines (either may raise to stop
+    the run)."""
     from gpu_layers.machine import memory_map as MM
     from gpu_layers.machine.core import CoreError, run_core
 
@@ -119,6 +120,8 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
         raise StepBudgetExceeded(f"the model did not finish the launch within {max_tokens} machine "
                                  "tokens; an infinite loop?") from None
     dt = time.time() - t
+    if progress and not on_tokens:
+        progress(f"{len(got)} machine tokens generated in {dt:.1f} s ({len(got) / max(dt, 1e-9):.0f} tokens/s)")
     if got[-1] == "<fault>":
         pc = next((int(x.split()[2]) for x in reversed(got) if x.startswith("<wi ")), None)
         lane = int(got[-2][4:-1]) if got[-2].startswith("<mt ") else "the first executed"
