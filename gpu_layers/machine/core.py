@@ -190,13 +190,13 @@ def machine_kernel(kernel, grid, block, args=()):
     """A PTX kernel and its launch as the core runs them: (machine code, grid, block).
 
     The launch is made one-dimensional (gpu_layers.machine.flatten: the datapath has only the
-    linear thread and block indices) and its shape registers immediates, the kernel lowered for one warp (memory instructions as
-    scalar word accesses, gpu_layers.machine.word_memory; shuffles and votes through shared
-    memory, gpu_layers.machine.warp_exchange: their sequences are atomic only when no other
-    warp runs between their steps) and register-allocated; when that needs more register-file
-    slots than there are, constants live across float routines' calls are written again after
-    each call (gpu_layers.machine.remat) and the kernel allocated again. Refused by name: a block of
-    several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
+    linear thread and block indices) with its shape registers as immediates, the kernel lowered
+    for one warp (memory instructions as scalar word accesses, gpu_layers.machine.word_memory;
+    shuffles and votes through shared memory, gpu_layers.machine.warp_exchange: their sequences
+    are atomic only when no other warp runs between their steps) and register-allocated; when
+    that needs more register-file slots than there are, constants live across float routines'
+    calls are written again after each call (gpu_layers.machine.remat) and the kernel allocated
+    again. Refused by name: a block of several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
     would be out of range where the byte is not)."""
     from gpu_layers.machine.flatten import flatten_launch, launch_constants
     from gpu_layers.machine.lower import lower

@@ -24,7 +24,7 @@ from math import prod
 import numpy as np
 
 from gpu_layers.interp.machine import _check_launch
-from gpu_layers.ptx.ir import Addr, Imm, Kernel, Module, Reg, RegDecl, Vec
+from gpu_layers.ptx.ir import Addr, Imm, Kernel, Reg, RegDecl, Vec, in_own_module
 from gpu_layers.ptx.validator import validate
 
 from .lower import _Emitter, _mul_const, _op
@@ -62,11 +62,7 @@ def flatten_launch(kernel: Kernel, grid, block) -> tuple[Kernel, tuple, tuple]:
                   labels={name: starts[i] for name, i in kernel.labels.items()},
                   directives=[_directive(line, text, block) for line, text in kernel.directives],
                   vars=list(kernel.vars), params=list(kernel.params), calls=[], returns=frozenset())
-    src = kernel.module
-    out.module = Module(version=src.version if src else "", target=src.target if src else "",
-                        address_size=src.address_size if src else 64, kernels={kernel.name: out},
-                        vars=list(src.vars) if src else [])
-    validate(out.module, out.name)
+    validate(in_own_module(out, kernel).module, out.name)
     return out, flat_grid, flat_block
 
 
@@ -85,11 +81,7 @@ def launch_constants(kernel, grid, block):
         return kernel
     out = replace(kernel, instructions=code, labels=dict(kernel.labels), regs=list(kernel.regs),
                   directives=list(kernel.directives), vars=list(kernel.vars), params=list(kernel.params))
-    src = kernel.module
-    out.module = Module(version=src.version if src else "", target=src.target if src else "",
-                        address_size=src.address_size if src else 64, kernels={kernel.name: out},
-                        vars=list(src.vars) if src else [])
-    validate(out.module, out.name)
+    validate(in_own_module(out, kernel).module, out.name)
     return out
 
 

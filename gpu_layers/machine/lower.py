@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Module, Reg, RegDecl, Sink, Vec
+from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, Vec, in_own_module
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
@@ -146,10 +146,7 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
         kvars.append(stage)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns)
-    src = kernel.module
-    out.module = Module(version=src.version if src else "", target=src.target if src else "",
-                        kernels={kernel.name: out}, vars=list(src.vars) if src else [])
-    validate(out.module, out.name)
+    validate(in_own_module(out, kernel).module, out.name)
     if stage:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
 
@@ -161,13 +158,6 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
 
 
 _TMP = {1: ("pred", "%mqp"), 16: ("b16", "%mqh"), 32: ("b32", "%mq"), 64: ("b64", "%mqd")}
-
-
-def _constant_values(kernel, lv) -> dict:
-    from gpu_layers.machine.remat import constants
-
-    return {r: kernel.instructions[i].operands[1].value for r, i in constants(kernel, lv).items()
-            if isinstance(kernel.instructions[i].operands[1], Imm)}
 
 
 class _Emitter:
@@ -184,13 +174,17 @@ class _Emitter:
         self.regnames = {n for d in kernel.regs for n in d.names if not n.startswith("%")}
         self.regbits = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names}
         self.start = 0          # first emitted instruction of the current expansion
-        # for the warp exchanges: the source kernel's liveness (a shuffle's predicate nothing
-        # reads is not written) and its constant registers' values (remat.constants)
-        # (and a multiply by a constant register becomes shifts and adds)
+        # the source kernel's liveness (a shuffle's predicate nothing reads is not written) and
+        # its constant registers (remat.constants: register -> index of its `mov`) with their
+        # integer values (a multiply by one is shifts and adds; the warp exchanges fold them)
+        from gpu_layers.machine.remat import constants
+
         self.liveness = liveness(kernel)
-        self.constants = _constant_values(kernel, self.liveness)
+        movs = constants(kernel, self.liveness)
+        self.constants = {r: kernel.instructions[i].operands[1].value for r, i in movs.items()
+                          if isinstance(kernel.instructions[i].operands[1], Imm)}
         self.index = 0          # the source instruction being expanded
-        self.folded = warp_exchange.folded_constants(kernel, self.constants) if one_warp else set()
+        self.folded = warp_exchange.folded_constants(kernel, movs, self.constants) if one_warp else set()
 
     def read_elsewhere(self, last) -> set:
         """Registers the current expansion reads (other than as `last`'s destination): a value

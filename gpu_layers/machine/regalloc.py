@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpu_layers.machine.liveness import _regs, liveness
-from gpu_layers.ptx.ir import Addr, Guard, Module, Pair, Reg, RegDecl, Vec
+from gpu_layers.ptx.ir import Addr, Guard, Pair, Reg, RegDecl, Vec, in_own_module
 from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED, validate
 
 # width in bits -> (declared type, name prefix) of the machine registers of that pool
@@ -276,11 +276,7 @@ def allocate(kernel, slots: int = 32):
     out = replace(kernel, regs=[RegDecl(type=POOLS[w][0], names=names[w], line=0) for w in sorted(counts)],
                   instructions=[_rename(ins, mapping) for ins in kernel.instructions],
                   labels=dict(kernel.labels), directives=list(kernel.directives))
-    src = kernel.module
-    out.module = Module(version=src.version if src else "", target=src.target if src else "",
-                        address_size=src.address_size if src else 64,
-                        kernels={kernel.name: out}, vars=list(src.vars) if src else [])
-    validate(out.module, out.name)
+    validate(in_own_module(out, kernel).module, out.name)
     return out, Allocation(counts, mapping, bound, floor, joint)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.machine.liveness import liveness
-from gpu_layers.ptx.ir import FImm, Imm, Module, Reg
+from gpu_layers.ptx.ir import FImm, Imm, Reg, in_own_module
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
 
@@ -30,9 +30,10 @@ def constants(kernel, lv=None) -> dict:
     """register -> index of its one defining `mov reg, immediate` (see the module docstring)."""
     lv = lv or liveness(kernel)
     in_routine = set().union(*lv.routines.values()) if lv.routines else set()
+    calls = {c for c, _, _ in kernel.calls}
     writes = {}
     for i, d in enumerate(lv.defs):
-        if i in {c for c, _, _ in kernel.calls}:
+        if i in calls:
             continue                    # a call's summary: its routine's writes, counted there
         for r in d:
             writes.setdefault(r, []).append(i)
@@ -77,9 +78,5 @@ def rematerialize_constants(kernel):
                   calls=[(new_index[c], landing[e], landing[r]) for c, e, r in kernel.calls],
                   returns=frozenset(new_index[i] for i in kernel.returns),
                   directives=list(kernel.directives), regs=list(kernel.regs), vars=list(kernel.vars))
-    src = kernel.module
-    out.module = Module(version=src.version if src else "", target=src.target if src else "",
-                        address_size=src.address_size if src else 64,
-                        kernels={kernel.name: out}, vars=list(src.vars) if src else [])
-    validate(out.module, out.name)
+    validate(in_own_module(out, kernel).module, out.name)
     return out, sum(len(v) for v in inserts.values())

@@ -26,9 +26,12 @@ raises at its store even when no lane reads it (a store's value is observable).
 """
 from __future__ import annotations
 
-from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import Addr, Imm, Pair, Reg, Sink, VarDecl, Vec
+from dataclasses import replace
 
+from gpu_layers.errors import UnsupportedPTX
+from gpu_layers.ptx.ir import Imm, Pair, Reg, Sink, VarDecl
+
+from .liveness import _regs
 from .word_memory import fault_where
 
 STAGE = "__mq_stage"             # 32 slots of 8 bytes: value | epoch << 32
@@ -87,37 +90,21 @@ def _arrive(em, value, mask):
     em.emit(f"st.shared.u32 [{slot}], {value}")
 
 
-def folded_constants(kernel, constants) -> set:
-    """Indices of the `mov`s of constant registers that only warp exchanges read, and only as
+def folded_constants(kernel, movs, values) -> set:
+    """Indices of the `mov`s of constant registers (`movs`: register -> index of its `mov`,
+    remat.constants; `values`: those of an integer) that only warp exchanges read, and only as
     operands they fold (shfl's b, c and membermask; vote's membermask): not emitted at all."""
+    own = {movs[r] for r in values}
     read = set()
-    for ins in kernel.instructions:
-        if _is_constant_mov(ins) and ins.operands[0].name in constants:
-            continue                                 # its own write
+    for i, ins in enumerate(kernel.instructions):
+        if i in own:
+            continue                                 # a constant's own write
         ops = ins.operands[:2] if needs(ins) else ins.operands      # dst and a / dst and p
         for op in ops:
-            read.update(_reg_names(op))
+            read.update(_regs(op))
         if ins.guard is not None:
             read.add(ins.guard.reg)
-    return {i for i, ins in enumerate(kernel.instructions) if _is_constant_mov(ins)
-            and ins.operands[0].name in constants and ins.operands[0].name not in read}
-
-
-def _is_constant_mov(ins) -> bool:
-    return (ins.opcode == "mov" and ins.guard is None and len(ins.operands) == 2
-            and isinstance(ins.operands[0], Reg) and isinstance(ins.operands[1], Imm))
-
-
-def _reg_names(op) -> list:
-    if isinstance(op, Reg):
-        return [op.name]
-    if isinstance(op, Pair):
-        return [x.name for x in (op.first, op.second) if isinstance(x, Reg)]
-    if isinstance(op, Vec):
-        return [e.name for e in op.elems if isinstance(e, Reg)]
-    if isinstance(op, Addr) and isinstance(op.base, Reg):
-        return [op.base.name]
-    return []
+    return {movs[r] for r in values if r not in read}
 
 
 def _known(em, op):
@@ -249,8 +236,6 @@ def stage_address(kernel, vars_before) -> int:
     """The staging array's shared address in the lowered kernel, whose variables are the kernel's,
     then `vars_before`, then the staging array (interp/decode.py make_layout): a slot is then
     `[lane * 8 + address]`, one instruction."""
-    from dataclasses import replace
-
     from gpu_layers.interp.decode import make_layout
 
     k = replace(kernel, vars=list(kernel.vars) + list(vars_before) + [staging(kernel)])

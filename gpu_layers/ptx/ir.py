@@ -206,6 +206,16 @@ class Kernel:
         return used
 
 
+def in_own_module(out: Kernel, src: Kernel) -> Kernel:
+    """Give `out`, a pass's result made from kernel `src`, a module of its own with `src`'s module
+    header and module-level variables (the passes validate it next). Returns `out`."""
+    m = src.module
+    out.module = Module(version=m.version if m else "", target=m.target if m else "",
+                        address_size=m.address_size if m else 64, kernels={out.name: out},
+                        vars=list(m.vars) if m else [])
+    return out
+
+
 @dataclass
 class Module:
     version: str = ""
