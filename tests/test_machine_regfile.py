@@ -284,11 +284,12 @@ def assert_kernel(got, checks, names):
                                  f"{dict(list(bad.items())[:4])} (model, interpreter)")
 
 
-KERNELS = ["compare_select", "divergence", "scan_inclusive_i32", "bitwise_ops", "early_return", "divmod_s32"]
+KERNELS = ["compare_select", "divergence", "scan_inclusive_i32", "bitwise_ops", "early_return", "divmod_s32",
+           "int_arith_i32", "minmax_abs", "wrap_u32"]
 
 
 def test_real_kernels_fast_executor_match_the_interpreter_after_every_step(rf):
-    """Every step of six gpu-truth kernels (fast executor; exact against stock: test_fast_executor
+    """Every step of nine gpu-truth kernels (fast executor; exact against stock: test_fast_executor
     and the stock checks here), every machine register of every thread."""
     fm = rf.fast()
     total = {"checks": 0, "blocks": 0, "widths": set(), "overwrites": 0, "threads": 0}

@@ -257,23 +257,14 @@ def v0_kernel_case(mk, grid, block, args):
     return program, stream, {i: n for n, i in regs.items()}, snaps, steps
 
 
-def test_real_kernel_vec_add_i32_matches_the_interpreter(machine):
-    """gpu-truth's vec_add_i32 (nvcc PTX, recorded on a real GPU), lowered to machine code (its
-    blockIdx * blockDim is a 32-step shift-and-add loop), launched as one block of 8 threads with
-    n = 6 (threads 6 and 7 take the bounds-check exit: partial masks, lone groups). After every
-    step's write-back has committed (at the next <wi> and at <end>) the register file in the cache
-    equals the interpreter's registers after that step: every step of the first third on the
-    decode path, a spread of steps over the whole stream on the prefill path."""
-    from conftest import require_gpu_truth
-    from gpu_layers.interp import Scalar, module_for
-    from gpu_layers.machine import lower
-
-    kernel = module_for((require_gpu_truth() / "vec_add_i32.ptx").read_text()).kernel("vec_add_i32")
-    mk = lower(kernel)
-    rng = np.random.default_rng(5)
-    a = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
-    b = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
-    args = [Scalar("i32", 6), a, b, np.zeros(8, np.int32)]
+def _every_step_matches(machine, mk, args):
+    """Run lowered kernel `mk` (one block of 8 threads) through the v0 register file: after every
+    step's write-back has committed (at the next <wi> and at <end>) the register file in the
+    cache equals the interpreter's registers after that step: every step of the first third on
+    the decode path (a decode step costs ~0.05-0.1 s at the 2B's dense layer budgets on a CPU
+    core), every 10th step over the whole stream on the prefill path, each segment continuing
+    the cache, and the end. Returns (steps checked, steps checked on decode, the final
+    registers {(thread, reg index): value}, {reg index: name})."""
     program, stream, regnames, snaps, steps = v0_kernel_case(mk, 1, 8, args)
     rf, model = machine
     names = rf.program_tokens(program) + rf.stream_tokens(stream)
@@ -286,19 +277,40 @@ def test_real_kernel_vec_add_i32_matches_the_interpreter(machine):
     exp = [None] * len(ids)
     for p, st in checks.items():
         exp[p] = {k: v for k, v in snaps[st].items() if v is not None}
-    assert len(checks) > 250
-    final = exp[len(ids) - 1]
-    assert {regnames[r] for _, r in final} >= {"%r1", "%r6", "%r7", "%r8"}    # the sums were written
-    assert final[(3, [i for i, n in regnames.items() if n == "%r8"][0])] == (int(a[3]) + int(b[3])) & M32
-
-    # decode: every step of the first third of the stream (the loop's first iterations; a decode
-    # step costs ~0.05-0.1 s at the 2B's dense layer budgets on a CPU core); prefill: every 10th
-    # step over the whole stream, each segment continuing the cache, and the end
     head = [p for p in sorted(checks) if p < len(ids) // 3]
-    assert len(head) > 80
     assert_states(registers_at(model, rf, ids, head, path="decode"), exp, names)
     pre = sorted(checks)[::10] + [len(ids) - 1]
     assert_states(registers_at(model, rf, ids, pre, path="prefill"), exp, names)
+    return len(checks), len(head), exp[len(ids) - 1], regnames
+
+
+def test_real_kernel_vec_add_i32_matches_the_interpreter(machine):
+    """gpu-truth's vec_add_i32 (nvcc PTX, recorded on a real GPU), lowered to machine code (its
+    blockIdx * blockDim is a shift-and-add loop), one block of 8 threads, twice: n = 6 (threads 6
+    and 7 take the bounds-check exit: partial masks, lone groups) and n = 8 (whole groups, other
+    data). Every step matches (`_every_step_matches`)."""
+    from conftest import require_gpu_truth
+    from gpu_layers.interp import Scalar, module_for
+    from gpu_layers.machine import lower
+
+    kernel = module_for((require_gpu_truth() / "vec_add_i32.ptx").read_text()).kernel("vec_add_i32")
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
+    b = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
+    mk = lower(kernel)
+    n_add, head_add, final, regnames = _every_step_matches(
+        machine, mk, [Scalar("i32", 6), a, b, np.zeros(8, np.int32)])
+    assert {regnames[r] for _, r in final} >= {"%r1", "%r6", "%r7", "%r8"}    # the sums were written
+    assert final[(3, [i for i, n in regnames.items() if n == "%r8"][0])] == (int(a[3]) + int(b[3])) & M32
+
+    # again with n = 8: every thread adds, no exits (whole groups), other data
+    c = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
+    d = rng.integers(-2 ** 31, 2 ** 31, 8).astype(np.int32)
+    n_all, head_all, final, regnames = _every_step_matches(
+        machine, mk, [Scalar("i32", 8), c, d, np.zeros(8, np.int32)])
+    r8 = [i for i, n in regnames.items() if n == "%r8"][0]
+    assert all(final[(t, r8)] == (int(c[t]) + int(d[t])) & M32 for t in range(8))
+    assert n_add + n_all > 250 and head_add + head_all > 80
 
 
 # ---- 3. size -----------------------------------------------------------------------------------

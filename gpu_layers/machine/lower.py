@@ -411,13 +411,13 @@ def _mul_loop(em, w, x, y, wy) -> str:
     acc = 2 acc + (bit ? x : 0), UNROLL bits per iteration of a loop on a fresh counter (5 steps
     a bit, 3 an iteration). A multiplier bit selects (selp), so y's poison reaches acc; x's is
     added in at the end (x ^ x is 0 or undefined): an undefined x times 0 is undefined."""
-    yy, acc = _copy(em, wy, y), em.tmp(w)
+    yy, acc, s, p = _copy(em, wy, y), em.tmp(w), em.tmp(w), em.tmp(1)   # (s, p: every step's)
     em.emit(f"mov.b{w} {acc}, 0")
 
     def step():
         em.emit(f"shl.b{w} {acc}, {acc}, 1")
-        s = _op(em, w, "add", x, acc, f"u{w}")
-        p = _setp(em, "lt", f"s{wy}", yy, 0)          # the multiplier's top bit
+        em.emit(f"add.u{w} {s}, {x}, {acc}")
+        em.emit(f"setp.lt.s{wy} {p}, {yy}, 0")       # the multiplier's top bit
         em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
         em.emit(f"shl.b{wy} {yy}, {yy}, 1")
     _counted_loop(em, wy // UNROLL, lambda: [step() for _ in range(UNROLL)])
@@ -559,28 +559,33 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
         rx = _ext(em, w, a, False, W)
         bb = _op(em, W, "shl", _ext(em, w, b, False, W), w)
         bm = _op(em, W, "sub", bb, 1, f"u{W}")
+        less, take = em.tmp(W), em.tmp(1)           # every step's
 
         def step():
             em.emit(f"shl.b{W} {rx}, {rx}, 1")
-            take = _setp(em, "ge", f"u{W}", rx, bb)
-            em.emit(f"selp.b{W} {rx}, {_op(em, W, 'sub', rx, bm, f'u{W}')}, {rx}, {take}")
+            em.emit(f"setp.ge.u{W} {take}, {rx}, {bb}")
+            em.emit(f"sub.u{W} {less}, {rx}, {bm}")
+            em.emit(f"selp.b{W} {rx}, {less}, {rx}, {take}")
         _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
         q, r = em.tmp(w), em.tmp(w)
         em.emit(f"cvt.u{w}.u{W} {q}, {rx}")
         em.emit(f"cvt.u{w}.u{W} {r}, {_op(em, W, 'shr', rx, w, f'u{W}')}")
         return q, r
     r, x, b = em.tmp(w), _copy(em, w, a), _copy(em, w, b)
+    hb, less, take = em.tmp(w), em.tmp(w), em.tmp(1)    # every step's
     em.emit(f"mov.b{w} {r}, 0")
 
     def step():
-        hb = _op(em, w, "shr", x, w - 1, f"u{w}")
+        em.emit(f"shr.u{w} {hb}, {x}, {w - 1}")
         em.emit(f"shl.b{w} {r}, {r}, 1")
         em.emit(f"or.b{w} {r}, {r}, {hb}")
         em.emit(f"shl.b{w} {x}, {x}, 1")
-        take = _setp(em, "ge", f"u{w}", r, b)
-        em.emit(f"selp.b{w} {r}, {_op(em, w, 'sub', r, b, f'u{w}')}, {r}, {take}")
+        em.emit(f"setp.ge.u{w} {take}, {r}, {b}")
+        em.emit(f"sub.u{w} {less}, {r}, {b}")
+        em.emit(f"selp.b{w} {r}, {less}, {r}, {take}")
         if quotient:
-            em.emit(f"selp.b{w} {x}, {_op(em, w, 'or', x, 1)}, {x}, {take}")
+            em.emit(f"or.b{w} {less}, {x}, 1")
+            em.emit(f"selp.b{w} {x}, {less}, {x}, {take}")
     _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
     return (x if quotient else None), r
 
