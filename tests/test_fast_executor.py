@@ -246,3 +246,33 @@ def test_refuses_what_it_cannot_run_exactly(demo):
     fm.step(st, 0)
     with pytest.raises(ValueError, match="does not start with"):
         fm.generate([1, 2], 3, state=st)
+
+
+def test_silu_shortcut_is_the_formula_bit_for_bit():
+    """fast_kernels._silu skips exp where the float32 sigmoid is exactly 0 or 1: the same bits as
+    x * (1 / (1 + exp(-x))) on every float32 around both bounds and on a wide random sweep."""
+    import numba
+
+    from gpu_layers.craft import fast_kernels as K
+
+    @numba.njit
+    def both(xs):
+        out = np.empty((2, xs.shape[0]), dtype=np.float32)
+        for i in range(xs.shape[0]):
+            x = xs[i]
+            out[0, i] = K._silu(x)
+            out[1, i] = x * (np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
+        return out
+
+    def around(v, n=200_000):            # the n float32s on each side of v
+        b = np.float32(v).view(np.int32)
+        steps = np.arange(-n, n, dtype=np.int64)
+        return (b + np.where(np.float32(v) < 0, -steps, steps)).astype(np.int32).view(np.float32)
+
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([around(K.SILU_ZERO), around(K.SILU_ID), around(-88.7), around(17.0),
+                         rng.uniform(-300, 300, 1_000_000).astype(np.float32),
+                         np.float32([np.inf, -np.inf, 1e30, -1e30, 1e-40, -1e-40])])
+    got, want = both(xs)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert (xs < K.SILU_ZERO).sum() > 100_000 and (xs > K.SILU_ID).sum() > 100_000

@@ -173,8 +173,13 @@ class _Sparse:
     visits only the columns where x is nonzero (a compiled layer's projections are 98-99.8 % zeros,
     and many of their inputs are mostly zero: the out_proj and down_proj inputs, 1-20 % nonzero;
     the LM head's, 13 %). Measured on the core, this beats a row-by-row product even where the
-    input is dense (the normed residual, ~85 %). A row without nonzeros gives exactly 0."""
-    __slots__ = ("shape", "colptr", "rows", "vals")
+    input is dense (the normed residual, ~85 %). A row without nonzeros gives exactly 0.
+
+    An entry is 3 bytes where it was 12 (the core's layers and head hold 2 M of them, read once
+    a token): its row in the narrowest unsigned type that holds the row count, and its value as
+    a code into `table`, the matrix's distinct values (a compiled circuit has a few dozen; the
+    value read back is the same float32, held as float64)."""
+    __slots__ = ("shape", "colptr", "rows", "codes", "table")
 
     def __init__(self, M: np.ndarray, rows: np.ndarray | None = None, n_rows: int | None = None):
         """From a dense M, or from the rows `rows` (of n_rows) of a larger matrix, already cut out."""
@@ -184,16 +189,32 @@ class _Sparse:
         self.shape = (int(n_rows), M.shape[1])
         self.colptr = np.zeros(M.shape[1] + 1, dtype=np.int64)
         np.cumsum(np.bincount(c, minlength=M.shape[1]), out=self.colptr[1:])
-        self.rows = np.ascontiguousarray(np.asarray(rows)[r], dtype=np.int64)
-        self.vals = np.ascontiguousarray(M[r, c], dtype=F32)
+        self.rows = np.ascontiguousarray(np.asarray(rows)[r], dtype=_narrowest(n_rows))
+        table, codes = np.unique(np.asarray(M[r, c], dtype=F32), return_inverse=True)
+        self.table = table.astype(np.float64)
+        self.codes = np.ascontiguousarray(codes.reshape(-1), dtype=_narrowest(len(table)))
 
     @property
     def size(self) -> int:
         """The entries kept."""
-        return len(self.vals)
+        return len(self.codes)
+
+    @property
+    def vals(self) -> np.ndarray:
+        """The entries' values (float32), in storage order."""
+        return self.table[self.codes].astype(F32)
+
+    def mv_args(self) -> tuple:
+        """(colptr, rows, codes, table): a matrix as the kernels take it."""
+        return self.colptr, self.rows, self.codes, self.table
 
     def __matmul__(self, x: np.ndarray) -> np.ndarray:
-        return K.csc_mv(self.colptr, self.rows, self.vals, self.shape[0], np.ascontiguousarray(x, dtype=F32))
+        return K.csc_mv(*self.mv_args(), self.shape[0], np.ascontiguousarray(x, dtype=F32))
+
+
+def _narrowest(n: int):
+    """The narrowest unsigned integer type holding 0 .. n - 1."""
+    return next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if n <= np.iinfo(t).max + 1)
 
 
 _CHUNK_ROWS = 8192
@@ -404,7 +425,7 @@ class FastMachine:
 
     def _mixer(self, mx: _Mixer, x, ss, S, conv) -> float:
         w = mx.w_in
-        p = K.norm_mv(x, ss, float(self.W), self.eps, mx.cols, mx.norm_w, w.colptr, w.rows, w.vals, w.shape[0])
+        p = K.norm_mv(x, ss, float(self.W), self.eps, mx.cols, mx.norm_w, *w.mv_args(), w.shape[0])
         H = len(mx.heads)                                     # p: qkv channels, z entries, b, [a]
         res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
                            mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
@@ -416,8 +437,8 @@ class FastMachine:
 
     def _mlp(self, m: _MLP, x, ss) -> float:
         g, d = m.w_gu, m.w_down
-        return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, g.colptr, g.rows, g.vals, m.N,
-                           d.colptr, d.rows, d.vals, m.rows)
+        return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, *g.mv_args(), m.N,
+                           *d.mv_args(), m.rows)
 
     def _forward(self, state: FastState, token_id: int):
         """One token through every compiled layer (recurrent path): the final residual and its sum
@@ -443,9 +464,9 @@ class FastMachine:
         x, ss = self._forward(state, int(token_id))
         h = self.head
         if not logits:
-            return int(K.head_argmax(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, h.colptr,
-                                     h.rows, h.vals, self.V))
-        lg = K.norm_mv(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, h.colptr, h.rows, h.vals, self.V)
+            return int(K.head_argmax(x, ss, float(self.W), self.eps, self.head_cols, self.final_w,
+                                     *h.mv_args(), self.V))
+        lg = K.norm_mv(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, *h.mv_args(), self.V)
         return torch.from_numpy(lg)
 
     def prefill(self, state: FastState, ids) -> int | None:

@@ -17,22 +17,39 @@ F32 = np.float32
 
 
 @_jit
-def csc_mv64(colptr, rows, vals, n, x):
-    """y = M x in float64, for M kept column by column (colptr, rows, vals; n rows): only the
-    columns where x is nonzero are visited."""
+def csc_mv64(colptr, rows, codes, table, n, x):
+    """y = M x in float64, for M kept column by column (colptr, rows, and each entry's value as
+    table[code]; n rows): only the columns where x is nonzero are visited."""
     acc = np.zeros(n, dtype=np.float64)
     for j in range(x.shape[0]):
         xj = np.float64(x[j])
         if xj != 0.0:
             for k in range(colptr[j], colptr[j + 1]):
-                acc[rows[k]] += vals[k] * xj
+                acc[rows[k]] += table[codes[k]] * xj
     return acc
 
 
 @_jit
-def csc_mv(colptr, rows, vals, n, x):
+def csc_mv(colptr, rows, codes, table, n, x):
     """csc_mv64 rounded once to float32."""
-    return csc_mv64(colptr, rows, vals, n, x).astype(np.float32)
+    return csc_mv64(colptr, rows, codes, table, n, x).astype(np.float32)
+
+
+# Past these bounds the sigmoid in float32 is exactly 0 or 1: exp(89) overflows to inf (1 / inf =
+# 0), and exp(-17.5) < 2^-25 (1 + it rounds to 1). _silu returns there what the formula returns
+# (x * 0, x) without calling exp: most of a circuit's pre-activations are saturated steps.
+SILU_ZERO = F32(-89.0)
+SILU_ID = F32(17.5)
+
+
+@_jit
+def _silu(x):
+    """x * sigmoid(x) as x * (1 / (1 + exp(-x))), the float32 bits of that formula."""
+    if x < SILU_ZERO:
+        return x * F32(0.0)
+    if x > SILU_ID:
+        return x
+    return x * (F32(1.0) / (F32(1.0) + np.exp(-x)))
 
 
 @_jit
@@ -45,7 +62,7 @@ def swiglu(gu, n):
         if g == F32(0.0) or u == F32(0.0):              # an exact (signed) zero: no exp; the next
             out[i] = F32(0.0)                            # product skips zeros of either sign
         else:
-            out[i] = (g * (F32(1.0) / (F32(1.0) + np.exp(-g)))) * u
+            out[i] = _silu(g) * u
     return out
 
 
@@ -72,7 +89,7 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
     ext[0] = F32(0.0)
     for i in range(C + Z):                              # [0, silu(conv out), silu(z)]
         pi = p[i]                                       # silu(0) = 0 exactly: no exp
-        ext[1 + i] = F32(0.0) if pi == F32(0.0) else pi * (F32(1.0) / (F32(1.0) + np.exp(-pi)))
+        ext[1 + i] = F32(0.0) if pi == F32(0.0) else _silu(pi)
     e = gather.shape[1] - 2 * d
     q = np.empty(d, dtype=np.float32)
     k = np.empty(d, dtype=np.float32)
@@ -172,30 +189,31 @@ def norm_at(x, ss, width, eps, cols, w):
 
 
 @_jit
-def norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n):
+def norm_mv64(x, ss, width, eps, cols, w, colptr, rows, codes, table, n):
     """M @ RMSNorm(x)[cols] in float64 (M kept column by column over cols)."""
-    return csc_mv64(colptr, rows, vals, n, norm_at(x, ss, width, eps, cols, w))
+    return csc_mv64(colptr, rows, codes, table, n, norm_at(x, ss, width, eps, cols, w))
 
 
 @_jit
-def norm_mv(x, ss, width, eps, cols, w, colptr, rows, vals, n):
+def norm_mv(x, ss, width, eps, cols, w, colptr, rows, codes, table, n):
     """norm_mv64 rounded once to float32."""
-    return norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, n).astype(np.float32)
+    return norm_mv64(x, ss, width, eps, cols, w, colptr, rows, codes, table, n).astype(np.float32)
 
 
 @_jit
-def mlp_layer(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_vals, N, dn_ptr, dn_rows, dn_vals, out_rows):
+def mlp_layer(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, N, dn_ptr, dn_rows, dn_codes,
+              dn_table, out_rows):
     """x += down(silu(gate n) * up n) for n = RMSNorm(x); returns the updated sum of squares."""
-    gu = norm_mv(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_vals, 2 * N)
-    y = csc_mv(dn_ptr, dn_rows, dn_vals, out_rows.shape[0], swiglu(gu, N))
+    gu = norm_mv(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, 2 * N)
+    y = csc_mv(dn_ptr, dn_rows, dn_codes, dn_table, out_rows.shape[0], swiglu(gu, N))
     return add_rows(x, out_rows, y, ss)
 
 
 @_jit
-def head_argmax(x, ss, width, eps, cols, w, colptr, rows, vals, V):
+def head_argmax(x, ss, width, eps, cols, w, colptr, rows, codes, table, V):
     """The greedy token: argmax of the LM head's float32 logits (rows it does not keep are exactly
     0), the first of equal ones, as np.argmax; one pass, no float32 copy."""
-    acc = norm_mv64(x, ss, width, eps, cols, w, colptr, rows, vals, V)
+    acc = norm_mv64(x, ss, width, eps, cols, w, colptr, rows, codes, table, V)
     best, arg = F32(acc[0]), 0
     for i in range(1, V):
         v = F32(acc[i])

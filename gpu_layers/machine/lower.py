@@ -407,22 +407,57 @@ def _mul_lo(em, w, a, b) -> str:
 
 
 def _mul_loop(em, w, x, y, wy) -> str:
-    """x * y mod 2^w for a w-bit register x and a wy-bit multiplier y: y's bits from the top,
-    acc = 2 acc + (bit ? x : 0), UNROLL bits per iteration of a loop on a fresh counter (5 steps
-    a bit, 3 an iteration). A multiplier bit selects (selp), so y's poison reaches acc; x's is
-    added in at the end (x ^ x is 0 or undefined): an undefined x times 0 is undefined."""
-    yy, acc, s, p = _copy(em, wy, y), em.tmp(w), em.tmp(w), em.tmp(1)   # (s, p: every step's)
-    em.emit(f"mov.b{w} {acc}, 0")
+    """x * y mod 2^w for a w-bit register x and a wy-bit multiplier y (mul_loops)."""
+    return mul_loops(em, w, [x], y, wy)[0]
+
+
+def mul_loops(em, w, xs, y, wy, bits=None, from_top=True, unroll=UNROLL, taint=True) -> list[str]:
+    """x * y mod 2^w for each w-bit register x of xs and one wy-bit multiplier y < 2^bits (bits a
+    multiple of unroll, default wy), unroll bits per iteration of a loop on a fresh counter (3 an
+    iteration). from_top: y's bits from the top, acc = 2 acc + (bit ? x : 0) (3 n + 2 steps a
+    bit for n products); else from the bottom, acc += bit ? x : 0 with x doubling (3 n + 3 steps
+    a bit, but acc stays 0 up to y's lowest one: fewer nonzero chunks to send where y has
+    trailing zeros, as a float's significand often has, and y shrinks). A multiplier bit selects
+    (selp), so y's poison reaches acc; x's is added in at the end (x ^ x is 0 or undefined): an
+    undefined x times 0 is undefined (taint=False leaves that out, for a caller that taints its
+    result with every operand itself, as the float routine does)."""
+    bits = bits or wy
+    assert bits % unroll == 0 and bits <= wy
+    yy, p = _copy(em, wy, y), em.tmp(1)
+    if from_top and bits < wy:
+        em.emit(f"shl.b{wy} {yy}, {yy}, {wy - bits}")     # the first bit at the top
+    taints = [_op(em, w, "xor", x, x) for x in xs] if taint and not from_top else []
+    if not from_top:
+        xs = [_copy(em, w, x) for x in xs]                # shifted in place
+    accs, sums = [em.tmp(w) for _ in xs], [em.tmp(w) for _ in xs]    # (sums: every step's)
+    low = sums[0] if wy == w else em.tmp(wy)              # (read before the sums are written)
+    for acc in accs:
+        em.emit(f"mov.b{w} {acc}, 0")
 
     def step():
-        em.emit(f"shl.b{w} {acc}, {acc}, 1")
-        em.emit(f"add.u{w} {s}, {x}, {acc}")
-        em.emit(f"setp.lt.s{wy} {p}, {yy}, 0")       # the multiplier's top bit
-        em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
-        em.emit(f"shl.b{wy} {yy}, {yy}, 1")
-    _counted_loop(em, wy // UNROLL, lambda: [step() for _ in range(UNROLL)])
-    em.emit(f"add.u{w} {acc}, {acc}, {_op(em, w, 'xor', x, x)}")
-    return acc
+        if from_top:
+            for x, acc, s in zip(xs, accs, sums):
+                em.emit(f"shl.b{w} {acc}, {acc}, 1")
+                em.emit(f"add.u{w} {s}, {x}, {acc}")
+            em.emit(f"setp.lt.s{wy} {p}, {yy}, 0")       # the multiplier's top bit
+        else:
+            em.emit(f"and.b{wy} {low}, {yy}, 1")
+            em.emit(f"setp.ne.b{wy} {p}, {low}, 0")       # the multiplier's low bit
+            for x, acc, s in zip(xs, accs, sums):
+                em.emit(f"add.u{w} {s}, {x}, {acc}")
+        for acc, s in zip(accs, sums):
+            em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
+        if from_top:
+            em.emit(f"shl.b{wy} {yy}, {yy}, 1")
+        else:
+            for x in xs:
+                em.emit(f"shl.b{w} {x}, {x}, 1")
+            em.emit(f"shr.u{wy} {yy}, {yy}, 1")
+    _counted_loop(em, bits // unroll, lambda: [step() for _ in range(unroll)])
+    if taint:
+        for k, (x, acc) in enumerate(zip(xs, accs)):
+            em.emit(f"add.u{w} {acc}, {acc}, {_op(em, w, 'xor', x, x) if from_top else taints[k]}")
+    return accs
 
 
 def _mul_const(em, w, x, k) -> str:

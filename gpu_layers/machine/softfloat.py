@@ -19,7 +19,8 @@ holds 512 PCs). Each entry leaves an exact (or sticky) value P * 2^ep with its s
 cases, and one common part adds the addend c and rounds once, in the mode held in a register (0
 rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
 
-  * FMA: a * b, the exact product (a shift-and-add loop over b's 24 / 53 significand bits);
+  * FMA: a * b, the exact product (shift-and-add loops over b's significand bits from the bottom,
+    four a turn: 24 for binary32, two halves of 27 for binary64's four 27-bit partial products);
   * ADD: a itself (a * 1.0 is exact). sub flips c's sign first; mul is fma(a, b, -0) (+0 under
     rm: x + (+-0) rounds like x in every mode, and a zero product keeps its sign);
   * DIV: a / b, a quotient of the normalized significands with 27 / 56 bits (restoring division,
@@ -673,21 +674,33 @@ def _emit_product(B, Wd, r, f):
     em.emit(f"or.pred {f.pinf}, {ainf}, {binf}")
     em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
     _nan_value(B, f, F, [r.b, r.c, r.a])        # DFMA: b's NaN, then c's, then a's
-    x, y, cnt = Wd.reg(), em.tmp(64), em.tmp(32)
-    Wd.set_from(x, ma, w)
-    em.emit(f"cvt.u64.u32 {y}, {mb}" if w == 32 else f"mov.b64 {y}, {mb}")
+    from .lower import mul_loops     # (lower imports this module); the result is tainted at the end
+
+    if F is F32:                        # 24 x 24 bits: one 64-bit register, b's bits from the bottom
+        Wd.set(f.P, mul_loops(em, 64, [B.cvt(64, 32, ma)], mb, 32, bits=F.mbits + 1, from_top=False,
+                                  taint=False)[0])
+        return
+    # 53 x 53 bits from 27-bit halves, b's high half first: P = (P << 27) + a * half, where
+    # a * half = al * half + (ah * half << 27) (two products < 2^54 from one loop over the half's
+    # bits); one pass of code run twice, so the routine stays short (the program holds 1,024 PCs)
+    half = (1 << 27) - 1
+    al, ah = B.and_(64, ma, half), B.shr(64, ma, 27)
+    cur, cnt = em.tmp(64), em.tmp(32)
+    em.emit(f"shr.u64 {cur}, {mb}, 27")
+    em.emit(f"mov.b32 {cnt}, 2")
     Wd.set(f.P, 0)
-    em.emit(f"mov.b32 {cnt}, {F.mbits + 1}")
     top = em.label()
-    em.place(top)                       # one step per bit of b's significand
-    bit = B.and_(64, y, 1)
-    take = B.setp("ne", "b64", bit, 0)
-    Wd.set_sel(f.P, Wd.add(f.P, x), f.P, take)
-    Wd.step(x, "shl", 1)
-    em.emit(f"shr.u64 {y}, {y}, 1")
+    em.place(top)
+    lo, hi = mul_loops(em, 64, [al, ah], cur, 64, bits=28, from_top=False, unroll=F64_PRODUCT_UNROLL,
+                       taint=False)
+    Wd.set(f.P, Wd.add(Wd.shl(f.P, 27), Wd.add(Wd.from_(lo, 64), Wd.shl(Wd.from_(hi, 64), 27))))
+    em.emit(f"and.b64 {cur}, {mb}, {half}")
     em.emit(f"sub.u32 {cnt}, {cnt}, 1")
     more = B.setp("ne", "u32", cnt, 0)
     em.emit(f"@{more} bra {top}")
+
+
+F64_PRODUCT_UNROLL = 2
 
 
 def call_table(em) -> tuple[list, frozenset]:
