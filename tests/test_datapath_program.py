@@ -65,8 +65,9 @@ def test_every_lowerable_case_computes_what_the_interpreter_writes():
     # crowded: kernels calling a float routine whose pools peak apart get a joint allocation
     # (regalloc: registers of different widths share slots); its slots are what this check runs
     # on (a slot shared across widths keeps another register's value in lanes a write skips), and
-    # only f64_reduce and shfl_xor_allreduce still need more than 32
-    assert refused == MULTI_DIM and crowded == {"f64_reduce", "shfl_xor_allreduce"}, crowded
+    # only f64_reduce still needs more than 32 (shfl_xor_allreduce fits since the routine's leading
+    # zero counts are one ALU step instead of a binary search with its temporaries)
+    assert refused == MULTI_DIM and crowded == {"f64_reduce"}, crowded
     assert len(checked) >= 112
     # every register-writing form of the suite is one the ALU computes (local_sort's packing
     # `mov.b64 %rd, {%r, %r}` now lowers to shifts and an or)

@@ -387,6 +387,8 @@ def alu_operand_pairs(rng, op, w, n):
     for _ in range(n):
         x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
         x &= M if rng.random() < 0.8 else (M >> int(rng.integers(0, w)))
+        if op == "clz":                   # every count 0 .. w alike
+            x = (x & M) >> int(rng.integers(0, w + 1))
         if op in _ALU_SHIFTS:
             y = int(rng.choice(alu_amounts(w))) if rng.random() < 0.3 else (
                 int(rng.integers(0, w + 2)) if rng.random() < 0.8 else int(rng.integers(0, 1 << 32)))

@@ -201,16 +201,10 @@ class _B:
         return d
 
     def clz(self, w, x):
-        """Leading zeros of w-bit x as a 32-bit value (w for 0): a binary search of log2(w) steps."""
-        v, n, s = x, 0, w // 2
-        while s:
-            top = self.shr(w, v, w - s)
-            z = self.setp("eq", f"b{w}", top, 0)
-            v = self.sel(w, self.shl(w, v, s), v, z)
-            n = self.sel(32, self.add(32, n, s), n, z)
-            s //= 2
-        zero = self.setp("eq", f"b{w}", v, 0)          # only for x == 0 (n is then w - 1)
-        return self.sel(32, self.add(32, n, 1), n, zero)
+        """Leading zeros of w-bit x as a 32-bit value (w for 0): one ALU step."""
+        n = self.tmp(32)
+        self.emit(f"clz.b{w} {n}, {x}")
+        return n
 
     def taint(self, ops, w=32):
         """0, or an undefined value exactly when one of the operands (w-bit) is undefined."""

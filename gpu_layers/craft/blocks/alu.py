@@ -31,6 +31,8 @@ u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definiti
   pand por pxor   q = a0 OP b0 on bit 0 of a and b; pnot: q = !a0
   sext8/16/32     r = a's low 8/16/32 bits sign-extended to w (truncated when w is narrower)
   zext8/16/32     r = a's low 8/16/32 bits zero-extended to w (cvt.u32.u8 of a 16-bit register, ...)
+  clz             r = the leading zeros of w-bit a (w for 0): PTX clz.b32 / clz.b64 (a count < 2^7,
+                  so the 32-bit destination of clz.b64 receives it whole)
 
 Construction (all steps are threshold steps of `circuit.Step`; every unit's last steps are gated by
 `op` and the width mask, so the result mux costs no stage; a step may write many dims at once)
@@ -40,14 +42,17 @@ Construction (all steps are threshold steps of `circuit.Step`; every unit's last
            reversed word: both later digit stages are shared); fine-digit one-hot (bits 0-1);
            `big` = amount >= 64; `sgn` = a's sign bit at width w; chunk generate/propagate of
            a + b, a + ~b + 1 and of the signed variant (sign bit flipped) of the chunks holding bit
-           15, 31, 63; [b_i and sub] (so b' = b xor sub is a linear form)
+           15, 31, 63; [b_i and sub] (so b' = b xor sub is a linear form); clz's t_k = [a >> k == 0]
+           (one step on the sum of a's bits k..63: a < 2^w, so the same t serves every width)
   stage 2  shifter fine digit (0-3); mid-digit one-hot (bits 2-3; `none` when big or not a shift);
            carries into the 8-bit chunks (lookahead over chunk G/P, add or sub); q (setp from
            the chunked a - b: lt = no carry out, eq = every chunk only propagates; predicate ops);
            `pa` = "pick a" for the select unit (min/max from the compare, selp from p, 1 for moves)
   stage 3  shifter mid digit (0/4/8/12) into y, with the shr_s sign fill; the select unit
            (pa ? a : b) and sext's high bits also into y (normal frame); per-bit carries inside
-           each chunk: [sum_{j<p} 2^j (a_j + b'_j) + C_chunk >= 2^p]
+           each chunk: [sum_{j<p} 2^j (a_j + b'_j) + C_chunk >= 2^p]; clz's count n = sum_{k<w} t_k
+           into y bit by bit: t is monotone, so [n >= c] = t_{w-c} and bit j of n is the exact 0/1
+           form sum_{m >= 1} (-1)^(m+1) t_{w - m 2^j}
   stage 4  r: y passed through (normal frame) or bit-reversed (shr) under the width mask; add, sub,
            and, or, xor from S_i = a_i + b'_i + c_i (c = 0 for the logic ops) as
            [S >= 1 + and] - [S >= 2 : xor/add/sub] + [S >= 3 : add/sub]; not_a
@@ -66,7 +71,7 @@ ALU_OPS = ("mov_a", "add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "
            "setp_eq", "setp_ne", "setp_lt_u", "setp_lt_s", "setp_le_u", "setp_le_s",
            "setp_gt_u", "setp_gt_s", "setp_ge_u", "setp_ge_s",
            "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32",
-           "zext8", "zext16", "zext32")
+           "zext8", "zext16", "zext32", "clz")
 ALU_WIDTHS = (16, 32, 64)
 N = 64
 CHUNK = 8
@@ -141,6 +146,8 @@ def alu_ref(op, width, a: int, b: int, p: int) -> tuple[int, int]:
         r = _sx(a, SEXT[op])
     elif op in ZEXT:
         r = a & ((1 << ZEXT[op]) - 1)
+    elif op == "clz":
+        r = w - x.bit_length()
     else:
         raise AssertionError(op)
     return r & M, 0
@@ -241,6 +248,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     gps = s1.field(new("gps", "bits", 2 * NCH))
     gpw = s1.field(new("gpw", "bits", 2 * len(ALU_WIDTHS)))
     andb = s1.field(new("andb", "bits", N))
+    clzt = s1.field(new("clzt", "bits", N))
     for v in range(4):              # coarse digit: amount bits 4, 5 -> shift 16 v
         m = match((4, 5), v)
         for i in range(16 * v, N):
@@ -278,6 +286,8 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s1.step(s - (full - 1.5), 0.5, [(gpw, 2 * k + 1, 1.0)])
     for i in range(N):
         s1.step(B(i) - 0.5, 0.5, [(andb, i, 1.0)], [O("sub")])
+    for k in range(N):              # clz: t_k = [a >> k == 0]
+        s1.step(0.5 - lsum(A(i) for i in range(k, N)), 0.5, [(clzt, k, 1.0)], [O("clz")])
     st1 = s1.build()
 
     def bp(i) -> Lin:               # b' = b xor sub (exact 0/1)
@@ -352,6 +362,10 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s3.step(B(i) - 0.5, 0.5, [(y, i, 1.0)], [O(*SELB), 1.0 - pa.bit(0)])
     for o, s in SEXT.items():       # sext: bits s.. are a's bit s-1 (masked to w in stage 4)
         s3.step(A(s - 1) - 0.5, 0.5, [(y, j, 1.0) for j in range(s, N)], [O(o)])
+    for w in ALU_WIDTHS:            # clz: bit j of n = sum_{k<w} t_k
+        for j in range(w.bit_length()):
+            bit = lsum((-1.0) ** (m + 1) * clzt.bit(w - m * (1 << j)) for m in range(1, w // (1 << j) + 1))
+            s3.step(bit - 0.5, 0.5, [(y, j, 1.0)], [O("clz"), W(w)])
 
     def chunk_carry(ch) -> Lin:     # carry into chunk ch (0/1; 0 unless add/sub)
         return O("sub") if ch == 0 else carry.bit(ch - 1)
@@ -370,7 +384,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     # ---- stage 4 -------------------------------------------------------------------------
     s4 = _Stage(c, f"{name}_s4")
     r = s4.field(out_field(c, f"{name}_r", enc, N))
-    normal = O("shl", *MOVES, *SELB)
+    normal = O("shl", "clz", *MOVES, *SELB)
     for i in range(N):
         s4.step(y.bit(i) - 0.5, 0.5, [(r, i, 1.0)], [normal, allow(i)])
         s4.step(y.bit(N - 1 - i) - 0.5, 0.5, [(r, i, 1.0)], [O(*SHR), allow(i)])
