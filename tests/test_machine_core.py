@@ -201,11 +201,12 @@ def test_core_runs_a_whole_warp_and_its_state_holds_the_interpreters_registers(c
 
 
 def test_core_runs_a_program_past_512_machine_instructions(core):
-    """float_rounding_fns (soft-float rounding: 567 machine instructions, the routine past PC
-    512), one block of 4 threads: the model generates the trace and the dump; every program
-    memory reads its fifth bank; the outputs equal the original kernel's on the interpreter."""
+    """f2i_rounding (float-to-integer conversions in every rounding mode: 524 machine
+    instructions, the code past PC 512 runs), one block of 4 threads: the model generates the
+    trace and the dump; every program memory reads its fifth bank; the outputs equal the original
+    kernel's on the interpreter."""
     fm, ids = core
-    c, mk, args = _case("float_rounding_fns")
+    c, mk, args = _case("f2i_rounding")
     grid, block = (1, 1, 1), (4, 1, 1)
     prompt, want, lay, _ = launch_tokens(mk, grid, block, args, _outputs(c), c.dynamic_shared_bytes)
     assert any(t.startswith("<wi ") and int(t.split()[2]) >= 512 for t in want)
