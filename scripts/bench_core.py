@@ -18,11 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.interp import launch_args, module_for  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
 from gpu_layers.machine.core import launch_tokens, machine_kernel  # noqa: E402
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 DEFAULT = ["vec_add_i32", "divergence", "early_return", "bitwise_ops", "scan_inclusive_i32"]
 
@@ -32,10 +31,7 @@ def main():
     ap.add_argument("--names", nargs="*", default=DEFAULT)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    cases = {c.name: c for c in load_suite()}
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    if truth.is_file():
-        cases.update({c.name: c for c in load_cases(truth)})
+    cases = {c.name: c for c in with_gpu_truth()}
     fm, ids = load_core(lambda m: print(m, flush=True))
     streams = {}
     for name in args.names:

@@ -22,14 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.errors import UnsupportedPTX  # noqa: E402
 from gpu_layers.interp import Scalar, module_for  # noqa: E402
 from gpu_layers.machine import allocate, lower  # noqa: E402
 from gpu_layers.machine.datapath_program import (  # noqa: E402
     DatapathError, check_program, datapath_problems, register_slots,
 )
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 
 def main():
@@ -37,8 +36,7 @@ def main():
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--names", nargs="*")
     args = ap.parse_args()
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    cases = list(load_suite()) + (list(load_cases(truth)) if truth.is_file() else [])
+    cases = with_gpu_truth()
     if args.names:
         cases = [c for c in cases if c.name in set(args.names)]
     t0 = time.time()

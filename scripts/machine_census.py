@@ -18,12 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.interp import launch_args, module_for  # noqa: E402
 from gpu_layers.machine.core import core_circuit, launch_tokens, machine_kernel  # noqa: E402
 from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 
 def main():
@@ -31,10 +30,7 @@ def main():
     ap.add_argument("--list", action="store_true", help="print every accepted case and its tokens")
     ap.add_argument("--step-budget", type=int, default=500_000, help="the oracle's warp-instruction budget")
     args = ap.parse_args()
-    cases = {c.name: c for c in load_suite()}
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    if truth.is_file():
-        cases.update({c.name: c for c in load_cases(truth)})
+    cases = {c.name: c for c in with_gpu_truth()}
     vocab = {n for n, _ in core_circuit().tokens}
     ok, refused = [], defaultdict(list)
     for name in sorted(cases):

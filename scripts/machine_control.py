@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
@@ -31,7 +30,7 @@ from gpu_layers.interp import Scalar, module_for  # noqa: E402
 from gpu_layers.machine import lower  # noqa: E402
 from gpu_layers.machine.control import (CONTROL_KINDS, build_control_unit,  # noqa: E402
                                         check_predictions, control_stream, fast_rows)
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 
 def main():
@@ -42,8 +41,7 @@ def main():
     ap.add_argument("--names", nargs="*")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    cases = list(load_suite()) + (list(load_cases(truth)) if truth.is_file() else [])
+    cases = with_gpu_truth()
     if args.names:
         cases = [c for c in cases if c.name in set(args.names)]
     shapes = {k: REAL_2B_TEXT_CONFIG[k] for k in TINY}

@@ -22,7 +22,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.errors import QwenGPUError  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
@@ -31,7 +30,7 @@ from gpu_layers.machine import memory_map as MM  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
 from gpu_layers.machine.core import build_core_fast, launch_tokens, machine_kernel, run_core  # noqa: E402
 from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 DEFAULT = ["vec_add_i32", "divergence", "early_return", "bitwise_ops", "scan_inclusive_i32"]
 
@@ -43,10 +42,7 @@ def main():
     ap.add_argument("--all", action="store_true", help="every suite and gpu-truth case")
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    cases = {c.name: c for c in load_suite()}
-    if truth.is_file():
-        cases.update({c.name: c for c in load_cases(truth)})
+    cases = {c.name: c for c in with_gpu_truth()}
     t0 = time.time()
     if args.check:
         fm, ids = build_core_fast({k: REAL_2B_TEXT_CONFIG[k] for k in TINY}, check=True)

@@ -18,14 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.cases import load_cases  # noqa: E402
 from gpu_layers.errors import UnsupportedPTX  # noqa: E402
 from gpu_layers.interp import Scalar, launch, module_for  # noqa: E402
 from gpu_layers.machine import lower  # noqa: E402
 from gpu_layers.machine.liveness import pressure  # noqa: E402
 from gpu_layers.machine.regalloc import allocate  # noqa: E402
 from gpu_layers.machine.protocol import decode_outputs, thread_instructions, trace_tokens  # noqa: E402
-from gpu_layers.suite import load_suite  # noqa: E402
+from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 
 def main():
@@ -33,8 +32,7 @@ def main():
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--names", nargs="*")
     args = ap.parse_args()
-    truth = ROOT.parent / "shared" / "gpu-truth" / "cases.json"
-    cases = list(load_suite()) + (list(load_cases(truth)) if truth.is_file() else [])
+    cases = with_gpu_truth()
     if args.names:
         cases = [c for c in cases if c.name in set(args.names)]
     print(f"{'case':28s} {'warp-ins':>9s} {'m-steps':>9s} {'issues':>9s} {'tokens':>10s} "

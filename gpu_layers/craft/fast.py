@@ -199,11 +199,6 @@ class _Sparse:
         """The entries kept."""
         return len(self.codes)
 
-    @property
-    def vals(self) -> np.ndarray:
-        """The entries' values (float32), in storage order."""
-        return self.table[self.codes].astype(F32)
-
     def mv_args(self) -> tuple:
         """(colptr, rows, codes, table): a matrix as the kernels take it."""
         return self.colptr, self.rows, self.codes, self.table

@@ -698,13 +698,6 @@ def _x_popc(em, ins):
     _finish(em, ins, "b32", v)
 
 
-def _clz(em, w, x) -> str:
-    """Leading zeros of the w-bit x, as a 32-bit value (w when x == 0): one ALU step."""
-    n = em.tmp(32)
-    em.emit(f"clz.b{w} {n}, {x}")
-    return n
-
-
 def _x_brev(em, ins):
     t, w, _, (d, a) = _parts(ins)
     v = _copy(em, w, a)
@@ -729,7 +722,8 @@ def _x_bfind(em, ins):
     if signed:
         neg = _setp(em, "lt", f"s{w}", v, 0)
         v = _sel(em, w, _op(em, w, "xor", v, (1 << w) - 1), v, neg)
-    n = _clz(em, w, v)
+    n = em.tmp(32)
+    em.emit(f"clz.b{w} {n}, {v}")                 # one ALU step
     zero = _setp(em, "eq", f"b{w}", v, 0)
     pos = n if "shiftamt" in ins.modifiers else _op(em, 32, "sub", w - 1, n, "u32")
     _finish(em, ins, "b32", _sel(em, 32, 0xFFFFFFFF, pos, zero))

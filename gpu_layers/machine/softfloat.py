@@ -652,6 +652,9 @@ def _emit_root(B, Wd, r, f):
     Wd.set(f.P, Wd.or_low(Wd.shl(res, 1), sticky))
 
 
+F64_PRODUCT_UNROLL = 2     # multiplier bits a turn of binary64's loops (4 makes f64_round_modes 1,030 PCs)
+
+
 def _emit_product(B, Wd, r, f):
     """The FMA entry: the exact product of a and b into P * 2^ep (sign sp), its NaN / inf cases
     (signs, exponent and special cases first, so only the significands and the product stay live
@@ -668,33 +671,28 @@ def _emit_product(B, Wd, r, f):
     em.emit(f"or.pred {f.pinf}, {ainf}, {binf}")
     em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
     _nan_value(B, f, F, [r.b, r.c, r.a])        # DFMA: b's NaN, then c's, then a's
-    from .lower import mul_loops     # (lower imports this module); the result is tainted at the end
+    from .lower import _counted_loop, mul_loops     # (lower imports this module)
 
+    # (taint=False: the routine's result is tainted with every operand at the end)
     if F is F32:                        # 24 x 24 bits: one 64-bit register, b's bits from the bottom
         Wd.set(f.P, mul_loops(em, 64, [B.cvt(64, 32, ma)], mb, 32, bits=F.mbits + 1, from_top=False,
-                                  taint=False)[0])
+                              taint=False)[0])
         return
     # 53 x 53 bits from 27-bit halves, b's high half first: P = (P << 27) + a * half, where
     # a * half = al * half + (ah * half << 27) (two products < 2^54 from one loop over the half's
     # bits); one pass of code run twice, so the routine stays short (the program holds 1,024 PCs)
     half = (1 << 27) - 1
     al, ah = B.and_(64, ma, half), B.shr(64, ma, 27)
-    cur, cnt = em.tmp(64), em.tmp(32)
+    cur = em.tmp(64)
     em.emit(f"shr.u64 {cur}, {mb}, 27")
-    em.emit(f"mov.b32 {cnt}, 2")
     Wd.set(f.P, 0)
-    top = em.label()
-    em.place(top)
-    lo, hi = mul_loops(em, 64, [al, ah], cur, 64, bits=28, from_top=False, unroll=F64_PRODUCT_UNROLL,
-                       taint=False)
-    Wd.set(f.P, Wd.add(Wd.shl(f.P, 27), Wd.add(Wd.from_(lo, 64), Wd.shl(Wd.from_(hi, 64), 27))))
-    em.emit(f"and.b64 {cur}, {mb}, {half}")
-    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
-    more = B.setp("ne", "u32", cnt, 0)
-    em.emit(f"@{more} bra {top}")
 
-
-F64_PRODUCT_UNROLL = 2
+    def one_half():
+        lo, hi = mul_loops(em, 64, [al, ah], cur, 64, bits=28, from_top=False, unroll=F64_PRODUCT_UNROLL,
+                           taint=False)
+        Wd.set(f.P, Wd.add(Wd.shl(f.P, 27), Wd.add(Wd.from_(lo, 64), Wd.shl(Wd.from_(hi, 64), 27))))
+        em.emit(f"and.b64 {cur}, {mb}, {half}")
+    _counted_loop(em, 2, one_half)
 
 
 def call_table(em) -> tuple[list, frozenset]:
