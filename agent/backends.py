@@ -9,7 +9,7 @@
   layers, run by the fast executor, generate the whole trace and the dump; the outputs are decoded
   from the generated tokens and compared with the interpreter's). Compiled on first use (about two
   minutes, 7 GB) and cached; a few hundred tokens/s on a CPU; kernels outside the core's scope
-  (blocks of several warps, ...) raise a QwenGPUError naming why.
+  (blocks of more than two warps, ...) raise a QwenGPUError naming why.
 * `auto`: the interpreter (the model backend runs only when asked for: it is slow and compiles
   on first use).
 

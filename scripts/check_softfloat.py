@@ -6,6 +6,7 @@ machine steps per thread).
 
     .venv/bin/python scripts/check_softfloat.py [--n 2048] [--seed 0] [--forms fma.rn.f32 ...]
     .venv/bin/python scripts/check_softfloat.py --f64 [--n 2048] [--forms min.f64 ...]
+    .venv/bin/python scripts/check_softfloat.py [--f64] --cvt-routines   (conversions as routines)
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpu_layers.errors import UnsupportedPTX  # noqa: E402
+from gpu_layers.machine.cvt_routines import routine_form as ROUTINE_CVT  # noqa: E402
 from gpu_layers.machine.float_forms import FORMS, FORMS64, compare, operands, operands64  # noqa: E402
 
 
@@ -29,17 +31,21 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f64", action="store_true", help="binary64 forms (FORMS64) and operands")
     ap.add_argument("--forms", nargs="*", default=None)
+    ap.add_argument("--cvt-routines", action="store_true",
+                    help="the conversions that can, through gpu_layers.machine.cvt_routines' routines")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     A, B, C = (operands64 if args.f64 else operands)(args.n, rng)
     forms = args.forms or (FORMS64 if args.f64 else FORMS)
+    if args.cvt_routines:
+        forms = [f for f in forms if ROUTINE_CVT(f)]
     hx = 16 if args.f64 else 8
     print(f"{'form':20s} {'inputs':>7s} {'wrong':>6s} {'steps/thread':>13s} {'seconds':>8s}")
     bad = refused = 0
     for form in forms:
         t0 = time.time()
         try:
-            want, got, steps = compare(form, A, B, C)
+            want, got, steps = compare(form, A, B, C, cvt_routines=args.cvt_routines)
         except UnsupportedPTX:
             print(f"{form:20s} {A.size:7d} {'refused by the lowering':>28s}", flush=True)
             refused += 1

@@ -198,14 +198,15 @@ def test_a_compile_error_shows_the_message_and_line(session):
 
 
 def test_the_model_backend_names_a_kernel_the_core_does_not_run(session):
-    # bitonic_sort: 64 threads per block (two warps); refused by name before any core is loaded,
-    # so the run is the reference's alone
+    # shfl_width_bcast: shuffles in a block of two warps; refused by name before any core is
+    # loaded, so the run is the reference's alone
     s = session
-    _set_example(s, "bitonic_sort")
+    _set_example(s, "shfl_width_bcast")
     s.page.get_by_label("Inside the model (the compiled machine core)").check()
     s.page.click("#run-button")
     s.page.wait_for_selector("#run-result [data-verdict=reference-only]")
-    assert "the machine core does not run this kernel: 64 threads per block" in s.page.inner_text("#run-result")
+    text = s.page.inner_text("#run-result")
+    assert "the machine core does not run this kernel: line" in text and "in a block of 64 threads (2 warps)" in text
 
 
 def _bars(page, elem_id):

@@ -341,6 +341,6 @@ def test_the_model_backend_runs_the_kernel_inside_the_model():
 
 
 def test_the_model_backend_names_what_the_core_does_not_run():
-    rep = run_prepared(prepare(example_input("bitonic_sort"), LOCAL), LOCAL, backend="model")
-    assert rep.verdict == "reference-only" and "64 threads per block" in rep.machine_error
-    assert "64 threads per block" in render.run_html(rep, LOCAL)
+    rep = run_prepared(prepare(example_input("shfl_width_bcast"), LOCAL), LOCAL, backend="model")
+    assert rep.verdict == "reference-only" and "in a block of 64 threads (2 warps)" in rep.machine_error
+    assert "in a block of 64 threads (2 warps)" in render.run_html(rep, LOCAL)

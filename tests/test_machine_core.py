@@ -56,7 +56,7 @@ def _outputs(c):
 def test_schedules_for_qwen35_2b(circuit):
     s = Shapes.of(REAL_2B)            # (the validator's exactness pass takes minutes: compile runs it)
     plans, _ = schedule(circuit, s)
-    assert len(plans) == 18
+    assert len(plans) == 20
     for pl in plans:
         assert pl.neurons() <= s.intermediate_size
         assert pl.groups(s) <= s.linear_num_key_heads
@@ -88,8 +88,8 @@ def test_vocabulary_carries_prompt_stream_and_dump(circuit, name):
 
 
 def test_refuses_what_it_lacks_by_name():
-    c, mk, args = _case("reduce_sum_i32")
-    with pytest.raises(CoreError, match="threads per block"):
+    c, mk, args = _case("flag_chain")                  # 128 threads: four warps
+    with pytest.raises(CoreError, match="128 threads per block: the machine core v0 runs up to 64"):
         prompt_tokens(mk, c.grid, c.block, args, _outputs(c))
     c, mk, args = _case("exch_claim")
     with pytest.raises(MM.MemoryMapError, match="atomics"):
@@ -121,13 +121,14 @@ def core():
     return build_core_fast(REAL_2B, check=False)
 
 
-@pytest.mark.parametrize("name", ["scan_inclusive_i32"])
+@pytest.mark.parametrize("name", ["scan_inclusive_i32", "reduce_sum_i32"])
 def test_core_runs_a_kernel_inside_the_model(core, name):
     """From the prompt on, every token is the model's own greedy choice over the whole vocabulary:
     the trace (control, ALU and load values, ticks) and the dump equal the oracle's token for
     token, and the outputs decoded from the generated tokens alone equal the original kernel's
     on the reference interpreter. scan_inclusive_i32: global and shared memory, barriers, two
-    blocks (shared memory starts unwritten in each)."""
+    blocks (shared memory starts unwritten in each); reduce_sum_i32: the same with two warps per
+    block (the round robin's <w W H>, barriers across warps)."""
     fm, ids = core
     c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
@@ -139,36 +140,68 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
         assert dec[i].tobytes() == ref.buffers[i].tobytes()
 
 
+def test_core_runs_atomics_that_hold_the_turn_in_a_block_of_two_warps(core):
+    """48 threads claim list slots with atomic adds (tests/test_word_memory.claim_kernel): two
+    warps, each atomic a loop over the warp's lanes that holds the turn (`<pc hold>`, `<pc bra T
+    hold>`: the control unit names the same warp again in `<w W H>`). The model generates the
+    trace and the dump; the lists come out in the original kernel's order."""
+    from gpu_layers.machine.core import machine_kernel
+    from tests.test_word_memory import claim_kernel
+
+    fm, ids = core
+    k = claim_kernel()
+    args = [np.zeros(48, np.uint32), np.zeros(2, np.uint32)]
+    mk, grid, block = machine_kernel(k, (1, 1, 1), (48, 1, 1), args)
+    prompt, want, lay, _ = launch_tokens(mk, grid, block, args, [0, 1])
+    assert "<pc hold>" in prompt and any(t.endswith(" hold>") and t.startswith("<pc bra") for t in prompt)
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    dec = MM.decode_dump(got, lay, {0: args[0], 1: args[1]})
+    ref = launch(k, (1, 1, 1), (48, 1, 1), [a.copy() for a in args])
+    assert dec[0].tobytes() == ref.buffers[0].tobytes() and dec[1].tolist() == [24, 24]
+
+
 def _register_snapshots(c, mk, args, lay, slots):
     """The interpreter's registers {(thread, machine register): value or None} after every step of
     the machine code, with the buffers where the memory map puts them (pointers are values too)."""
     from gpu_layers.interp.machine import program_for
 
+    from gpu_layers.machine.core import THREADS
+
     cols = {n: program_for(mk).colnames.index(n) for n in slots}
     nt = c.block[0] * c.block[1] * c.block[2]
     snaps = []
+    last, blk = {}, [None]         # every warp's registers as of its last step in this block
 
     def observe(W, ins, pc, active, done):
-        snaps.append({(t, n): (W.R[col][t] if t < nt else None) for n, col in cols.items() for t in range(32)})
+        if W.block_idx != blk[0]:
+            last.clear()
+            blk[0] = W.block_idx
+        last[W.index] = {(32 * W.index + t, n): (W.R[col][t] if 32 * W.index + t < nt else None)
+                         for n, col in cols.items() for t in range(32)}
+        snaps.append({(t, n): last.get(t // 32, {}).get((t, n)) for n in cols for t in range(THREADS)})
     launch(mk, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes, buffer_offsets=lay.offsets,
            observer=observe)
     return snaps
 
 
-def test_core_runs_a_whole_warp_and_its_state_holds_the_interpreters_registers(core):
+@pytest.mark.parametrize("name", ["min_index", "lane_divergence"])
+def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(core, name):
     """min_index: one warp of 32 threads (8 lane groups, the register file in two banks of heads
-    per lane), poison (an undefined predicate or-ed with a true one is defined). At every position
-    the model's greedy token is the oracle's; after every <wi>, the register file read out of the
-    model's DeltaNet state (inspect_state.core_registers) equals the interpreter's registers after
-    the previous step for all 32 threads; every unwritten or poisoned slot holds exact zeros (a
-    blank write of rails read a little off 0/1 left -2e-5, which the read's RMSNorm blew up into a
-    wrong undefined lane here); the outputs decode from the tokens."""
+    per lane), poison (an undefined predicate or-ed with a true one is defined); lane_divergence:
+    two warps of 32 (banks 2 W + K // 4, the warp kept with each group until its commit at the
+    next issue's <wi>). At every position the model's greedy token is the oracle's; after every
+    <wi>, the register file read out of the model's DeltaNet state (inspect_state.core_registers)
+    equals the interpreter's registers after the previous step for every thread; every unwritten
+    or poisoned slot holds exact zeros (a blank write of rails read a little off 0/1 left -2e-5,
+    which the read's RMSNorm blew up into a wrong undefined lane in min_index); the outputs decode
+    from the tokens."""
     from gpu_layers.machine.inspect_state import blank_rails, core_registers
     from gpu_layers.machine.regfile import program_of
 
     fm, ids = core
     inv = {i: n for n, i in ids.items()}
-    c, mk, args = _case("min_index")
+    c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
     slots = program_of(mk).slots
     snaps = _register_snapshots(c, mk, args, lay, slots)
@@ -193,7 +226,7 @@ def test_core_runs_a_whole_warp_and_its_state_holds_the_interpreters_registers(c
                 n, worst = blank_rails(st)
                 assert worst == 0.0, (p, worst)
                 blanks += n
-    assert step + 1 == len(snaps) and checked > 500 and blanks > 0 and threads == set(range(32))
+    assert step + 1 == len(snaps) and checked > 500 and blanks > 0 and threads == set(range(c.block[0]))
     dec = MM.decode_dump(want, lay, {i: args[i] for i in _outputs(c)})
     ref = _reference(c)
     for i in _outputs(c):

@@ -10,6 +10,7 @@ from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
+from gpu_layers.machine.cvt_routines import routine_form
 from gpu_layers.machine.datapath_program import datapath_problems, register_slots
 from gpu_layers.machine.float_forms import (FORMS, FORMS64, INLINE64, ROUTINE64, compare, is64, kernel_for,
                                             operands, operands64)
@@ -27,8 +28,8 @@ def ops64():
     return operands64(1200, np.random.default_rng(7))      # 1024 pairs of special values first
 
 
-def _matches(form, ops):
-    want, got, steps = compare(form, *ops)
+def _matches(form, ops, cvt_routines=False):
+    want, got, steps = compare(form, *ops, cvt_routines=cvt_routines)
     wrong = np.nonzero(want != got)[0]
     n = ops[0].size
     assert wrong.size == 0, [(hex(ops[0][i % n]), hex(ops[1][i % n]), hex(ops[2][i % n]), hex(want[i]),
@@ -49,6 +50,27 @@ def test_inline_f64_form_matches_the_interpreter_bit_for_bit(form, ops64):
 @pytest.mark.parametrize("form", ROUTINE64)
 def test_f64_routine_form_matches_the_interpreter_bit_for_bit(form, ops64):
     _matches(form, ops64)
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS + FORMS64 if routine_form(f)])
+def test_conversion_through_a_routine_matches_the_interpreter_bit_for_bit(form, ops, ops64):
+    """gpu_layers.machine.cvt_routines: the mode in a register instead of fixed at the site."""
+    _matches(form, ops64 if is64(form) else ops, cvt_routines=True)
+
+
+def test_conversion_routines_are_emitted_once_with_the_mode_in_a_register():
+    body = "\tmul.rn.f32 \t%f10, %f9, 0fBF3851EC;\n"          # -0.72 tid: every mode differs
+    body += "".join(f"\tcvt.{m}.s32.f32 \t%r{i + 1}, %f10;\n" for i, m in enumerate(("rni", "rzi", "rmi", "rpi")))
+    body += "\tadd.u32 \t%r5, %r1, %r2;\n\tadd.u32 \t%r6, %r3, %r4;\n\tadd.u32 \t%r7, %r5, %r6;\n"
+    body += "\tst.global.u32 \t[%rd9], %r7;\n\tret;\n"
+    k = parse_ptx(kernel_ptx(OUT + body)).kernel()
+    inline, routine = lower(k), lower(k, cvt_routines=True)
+    assert len(routine.instructions) < len(inline.instructions) - 60
+    assert len(routine.calls) == 5 and len({e for _, e, _ in routine.calls}) == 2     # (and the mul's)
+    for kernel in (inline, routine):
+        a = launch(k, 1, 32, [np.zeros(32, np.uint32)])
+        b = launch(kernel, 1, 32, [np.zeros(32, np.uint32)])
+        assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
 
 
 OUT = """\tld.param.u64 \t%rd1, [out];
@@ -207,3 +229,12 @@ def test_every_lowered_form_is_alu_computable(form):
     dt = np.uint64 if is64(form) else np.uint32
     args = [np.zeros(64, dt) for _ in range(4)]
     assert datapath_problems(ak, register_slots(ak), 1, 64, args) == []
+
+
+def test_conversion_routines_return_from_their_return_branches():
+    """Kernel.returns names the routines' return branches (liveness follows them to the sites)."""
+    body = "\tmul.rn.f32 \t%f10, %f9, 0fBF3851EC;\n\tcvt.rni.s32.f32 \t%r1, %f10;\n"
+    body += "\tcvt.rzi.s32.f32 \t%r2, %f10;\n\tadd.u32 \t%r3, %r1, %r2;\n\tst.global.u32 \t[%rd9], %r3;\n\tret;\n"
+    mk = lower(parse_ptx(kernel_ptx(OUT + body)).kernel(), cvt_routines=True)
+    assert mk.returns and all(mk.instructions[i].opcode == "bra" for i in mk.returns)
+    allocate(mk)                                 # liveness through the returns

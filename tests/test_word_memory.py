@@ -150,6 +150,59 @@ def test_atomics_run_lane_by_lane_like_the_interpreter(op):
     launch_tokens(allocate(mk)[0], (1, 1, 1), (32, 1, 1), args, [0, 1])
 
 
+CLAIM = """\tand.b32 \t%r1, %r100, 1;
+\tmul.wide.u32 \t%rd4, %r1, 4;
+\tadd.s64 \t%rd5, %rd3, %rd4;
+\tatom.global.add.u32 \t%r2, [%rd5], 1;
+\tmad.lo.s32 \t%r3, %r1, 24, %r2;
+\tmul.wide.u32 \t%rd6, %r3, 4;
+\tadd.s64 \t%rd7, %rd1, %rd6;
+\tst.global.u32 \t[%rd7], %r100;
+"""
+
+
+def claim_kernel():
+    """Each thread claims the next slot of its parity's list (an atomic add's old value) and
+    writes its index there: the lists' order is the order of the atomics."""
+    return _kernel(CLAIM)
+
+
+def test_in_a_block_of_two_warps_an_atomic_holds_the_turn():
+    """48 threads, two warps taking turns: each atomic is a loop over the warp's lanes, which
+    another warp's steps must not split. The loop's instructions are in Kernel.holds (the same
+    warp takes the next step), so the lists come out in the original's order; without the holds
+    the warps' loops interleave and the lists do not (the lowering needs them)."""
+    from dataclasses import replace
+
+    from gpu_layers.machine.core import machine_kernel
+
+    k = claim_kernel()
+    args = [np.zeros(48, np.uint32), np.zeros(2, np.uint32)]
+    mk, grid, block = machine_kernel(k, (1, 1, 1), (48, 1, 1), args)
+    assert mk.holds and block == (48, 1, 1)
+    a = launch(k, 1, 48, [x.copy() for x in args])
+    b = launch(mk, grid, block, [x.copy() for x in args])
+    for x, y in zip(a.buffers, b.buffers):
+        assert x.tobytes() == y.tobytes()
+    assert sorted(a.buffers[0].tolist()) == list(range(48)) and a.buffers[1].tolist() == [24, 24]
+    c = launch(replace(mk, holds=frozenset()), grid, block, [x.copy() for x in args])
+    assert c.buffers[0].tobytes() != a.buffers[0].tobytes()
+    launch_tokens(mk, grid, block, args, [0, 1])
+
+
+def test_in_a_block_of_two_warps_sequences_that_would_interleave_are_refused_by_name():
+    from gpu_layers.machine.core import CoreError, machine_kernel
+
+    args = [np.zeros(64, np.uint32), np.zeros(64, np.uint32)]
+    for body, why in (("\tst.global.u8 \t[%rd9], %rs1;\n", "a sub-word store"),
+                      ("\tld.global.v2.u32 \t{%r1, %r2}, [%rd8];\n", "a vector access"),
+                      ("\tshfl.sync.idx.b32 \t%r1, %r100, 0, 31, -1;\n", "a warp exchange")):
+        with pytest.raises(CoreError, match=f"in a block of 64 threads \\(2 warps\\): {why}"):
+            machine_kernel(_kernel(body), (1, 1, 1), (64, 1, 1), args)
+    mk, _, _ = machine_kernel(_kernel("\tld.global.u8 \t%rs1, [%rd8];\n"), (1, 1, 1), (64, 1, 1), args)
+    assert not mk.holds                      # a sub-word load is one word access
+
+
 def test_an_exchange_with_a_shared_word_nothing_wrote_raises_in_both():
     k = _kernel("\tatom.shared.exch.b32 \t%r1, [sh+8], %r100;\n\tst.global.u32 \t[%rd9], 1;\n")
     for kernel in (k, lower(k, one_warp=True)):
@@ -266,3 +319,21 @@ def test_the_core_refuses_sub_word_accesses_with_a_buffer_of_part_words():
     machine_kernel(k, (1, 1, 1), (4, 1, 1), _inputs())
     with pytest.raises(CoreError, match="buffer argument 1 has 6 bytes"):
         machine_kernel(k, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32), np.zeros(6, np.uint8)])
+
+
+@pytest.mark.parametrize("name", ["spin_lock_cas", "spin_lock_outside"])
+def test_spin_locks_in_blocks_of_two_warps_match_the_original(cases, name):
+    """Locks taken by compare-and-swap in blocks of 48 and 40 threads (two warps): prepared for the
+    core (machine_kernel: the atomics' loops hold the turn), the machine code computes the
+    original's outputs (and the real GPU's: gpu-truth)."""
+    from gpu_layers.machine.core import machine_kernel
+
+    c = cases[name]
+    k = module_for(c.ptx()).kernel(c.kernel)
+    mk, grid, block = machine_kernel(k, c.grid, c.block, launch_args(c))
+    assert block[0] > 32 and mk.holds
+    a = launch(k, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+    b = launch(mk, grid, block, launch_args(c), c.dynamic_shared_bytes, step_budget=2_000_000)
+    for i, arg in enumerate(c.args):
+        if arg.is_buffer and arg.output:
+            assert a.buffers[i].tobytes() == b.buffers[i].tobytes(), (name, i)

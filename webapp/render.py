@@ -258,19 +258,21 @@ def solve_html(view) -> str:
 # --------------------------------------------------------------------------------------- inside
 
 
-LAYER_MAP = [     # the machine core's 18 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
+LAYER_MAP = [     # the machine core's 20 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
     # scripts/residual_liveness.py and craft.assemble.schedule print the placement)
     ("0-2", "Prompt and issue", "prompt registers (thread and block counts, the <pa> address), the program in "
                                 "8 banks per field (control words, operands, predicates, immediates), the "
                                 "issue register (the <wi W P H> token's PC and control word), the next PCs"),
-    ("3-5", "PC file", "one head per thread (32): each thread's PC, exited, waiting and phase"),
+    ("3-5", "PC file", "one head per lane of a warp (32), a slot per warp: each thread's PC, exited, waiting "
+                       "and phase; each warp's cursor"),
     ("5-9", "Pick the next step", "the cursor rule (the lowest PC at or after the cursor), re-digitized, the "
-                                  "write-back's chunk buffers and commit, the executing lane group"),
-    ("10-11", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in two "
-                               "banks of heads; the immediate and %tid / %ctaid gated in"),
-    ("11-14", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
+                                  "warps' round robin (<w W H>), the write-back's chunk buffers and commit, the "
+                                  "executing lane group"),
+    ("10-13", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in four "
+                               "banks of heads (two per warp); the immediate and %tid / %ctaid gated in"),
+    ("12-16", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
                                 "banks of global and shared memory, the loaded word"),
-    ("14-17", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
+    ("16-19", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
                       "the output dump"),
 ]
 
@@ -280,7 +282,7 @@ def layer_map_html() -> str:
                    for a, b, c in LAYER_MAP)
     return ('<div class="qg-box" data-layer-map="core">'
             '<b>Which compiled layer does what</b>'
-            '<div class="qg-small">The machine core: 18 layers for Qwen3.5-2B\'s shapes (the model backend of Run '
+            '<div class="qg-small">The machine core: 20 layers for Qwen3.5-2B\'s shapes (the model backend of Run '
             'CUDA runs in them). The state shown above is the reference interpreter\'s running the machine code, '
             'which the core\'s DeltaNet state holds at the same step (gpu_layers.machine.inspect_state).</div>'
             '<table class="qg-t" style="margin-top:6px"><tr><th>layers</th><th>what</th><th>how</th></tr>'

@@ -8,7 +8,8 @@ Decisions (the definition of the machine; the compiled model is checked against 
 * Order. Blocks run one after another in linear block order, each to completion (a block that
   waits for a later block never finishes: the step budget ends it). Within a block the warps are
   scheduled round-robin (warp 0, 1, ..., one warp-instruction each per turn, skipping warps with
-  nothing runnable). Everything is deterministic.
+  nothing runnable). Everything is deterministic. (Machine code only: after an instruction in
+  Kernel.holds the same warp keeps the turn; PTX never has any.)
 * Scheduling inside a warp (the cursor rule). Each thread has its own PC; each warp has a
   cursor, initially 0. A warp executes the lowest PC at or after its cursor among its runnable
   threads (the lowest PC overall when none is at or after it), with every runnable thread at that
@@ -407,6 +408,7 @@ class _Run:
         self.group_cache = {}
         self.observer = None
         self.before = None
+        self.holds = prog.kernel.holds        # machine code: the warp keeps the turn after these
 
     def result(self, buffers) -> LaunchResult:
         _flush(self.hasher, self.tbuf)
@@ -418,10 +420,12 @@ class _Run:
         live = list(blk.warps)
         while live:
             progressed = False
+            holds = self.holds
             for W in live:
                 if W.run:
                     progressed = True
-                    self.step(W, blk)
+                    while self.step(W, blk) in holds and W.run:
+                        pass
             if not progressed:
                 if blk.alive:
                     raise ExecutionError(_deadlock_message(blk, self.code))
@@ -431,7 +435,8 @@ class _Run:
                 blk.exited = False
 
     def step(self, W, blk):
-        """Pick the warp's next instruction by the cursor rule, record the step, execute it."""
+        """Pick the warp's next instruction by the cursor rule, record the step, execute it.
+        Returns its PC."""
         pc, active, amask = _pick(W)
         self.steps += 1
         code = self.code
@@ -509,6 +514,7 @@ class _Run:
             self.observer(W, ins, pc, active, done)
         if blk.waiting and blk.waiting == blk.alive:
             _release_barrier(blk)
+        return pc
 
 
 def _pick(W):

@@ -25,10 +25,10 @@ its own next value):
   * a new block needs no writes: `<blk>` resets the PC file (the gate closes), and an unwritten
     PC reads as 0 with the thread runnable.
 
-Scope (refused by name otherwise, `ControlError`): one warp per block of up to `threads` (16 or
-32) threads, machine PCs < 512, up to 1024 blocks, barriers of the whole block; no
-warp-synchronous instructions (shfl/vote/match/bar.warp.sync wait for their membermask) yet, and
-no blocks of several warps (the warps' round robin needs one more token per step: which warp).
+Scope (refused by name otherwise, `ControlError`): blocks of up to `threads` threads (4 .. 32:
+one warp; 64 .. 256: several warps, the round robin's `<w W H>` before each `<wi W P H>`), machine
+PCs < 512 or 1024, up to 1024 blocks, barriers of the whole block; no warp-synchronous
+instructions (shfl/vote/match/bar.warp.sync wait for their membermask) yet.
 
 Vocabulary:
   prompt   <nt T>  threads per block       <nb N>  blocks in the grid
@@ -139,9 +139,14 @@ class ControlUnit(CompiledCircuit):
         return [i for n, i in ids.items() if n.startswith(("<w ", "<wi ", "<blk ")) or n == "<halt>"]
 
 
-def control_word(ins, nthreads: int) -> str:
+def control_word(ins, nthreads: int, hold: bool = False) -> str:
     """The <pc ..> prompt token of a decoded machine instruction (refused by name: barriers for
-    part of the block, warp-synchronous instructions)."""
+    part of the block, warp-synchronous instructions). hold: the instruction is in Kernel.holds
+    (after it the same warp takes the next step): `<pc hold>` / `<pc bra T hold>`."""
+    if hold and ins.kind not in ("op", "bra"):
+        raise ControlError(f"line {ins.line}: `{ins.text}`: only a plain instruction or a branch can hold the turn")
+    if hold:
+        return f"<pc bra {ins.target} hold>" if ins.kind == "bra" else "<pc hold>"
     if ins.kind == "bra":
         return f"<pc bra {ins.target}>"
     if ins.kind == "exit":
@@ -241,6 +246,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     pa_hi = c.input(bits("pa_hi", hib), default=0)              # ... P // 128
     p1 = c.input(bits("p1", pcb), default=0)               # <wi W P H>: P + 1
     cw = c.input(bits("cw", 3), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar
+    hold = c.input(bits("hold", 1), default=0)                # <pc hold>: the warp keeps the turn
     tgt = c.input(bits("tgt", pcb), default=0)             # <pc bra T>: T
     ph = c.input(bits("ph", 1), default=0)                    # <wi W P H> / <w W H>: H
     ww = c.input(bits("ww", WB), default=0)                   # <wi W P H> / <w W H>: W
@@ -279,18 +285,19 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
-    prog = B.banked_memory(c, "prog", pcs, 3 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt],
+    prog = B.banked_memory(c, "prog", pcs, 4 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt, hold],
                            we=hot["pc"]).outputs[0]
 
-    # L2: the issue register: P + 1, P, the control word, W + 1, W
-    issue = B.memory(c, "issue", 1, 2 * pcb + 3 + pcb - 1 + 2 * WB + 1, 0, 0,
+    # L2: the issue register: P + 1, P, the control word (bra, exit, bar, target, hold), W + 1, W
+    issue = B.memory(c, "issue", 1, 2 * pcb + 4 + pcb - 1 + 2 * WB + 1, 0, 0,
                      [[p1, pa_lo, pa_hi, prog, ww1, ww]], we=hot["wi"], reset=hot["blk"]).outputs[0]
     pcur = [issue.bit(pcb + i) for i in range(pcb - 1)]                     # P (9 bits)
     base = 2 * pcb - 1
     is_bra, is_exit, is_bar = (issue.bit(base + i) for i in range(3))
     target = [issue.bit(base + 3 + i) for i in range(pcb)]
+    is_hold = issue.bit(base + 3 + pcb)
     cur_issue = [issue.bit(i) for i in range(pcb)]                             # P + 1
-    wbase = base + 3 + pcb
+    wbase = base + 4 + pcb
     wcur = lsum((1 << i) * issue.bit(wbase + i) for i in range(WB + 1))           # W + 1 (0 at a block start)
     wiss = [issue.bit(wbase + WB + 1 + i) for i in range(WB)]                     # W
     wiss_v = lsum((1 << i) * wiss[i] for i in range(WB))
@@ -471,9 +478,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     nwphase = c.new_field(bits("nwphase", 1))
     wrel = wrelease.bit(0)
     m8 = MLPBuilder(c, "wnext")
+    # after an instruction that holds the turn (Kernel.holds: inside a read-modify-write
+    # sequence), the issuing warp again; otherwise the round robin's winner
     for i in range(WB):
-        m8.boolean(nextw, i, [(wwin["run"].bit(t) - wrel - 0.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
-                   + [(wwin["all"].bit(t) + wrel - 1.5, 0.5, 1.0) for t in range(NW) if t >> i & 1])
+        m8.boolean(nextw, i, [(wwin["run"].bit(t) - wrel - is_hold - 0.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
+                   + [(wwin["all"].bit(t) + wrel - is_hold - 1.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
+                   + [(is_hold + wiss[i] - 1.5, 0.5, 1.0)])
     m8.boolean(nwphase, 0, _xor_terms(phase, wrel))
     m8.build()
 
@@ -481,7 +491,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
                            pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
                            issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
                            nextw=nextw, nwphase=nwphase, nextpc=nextpc, nphase=nphase, sel=sel,
-                           nextg=nextg, act=act, cand=cand)
+                           nextg=nextg, act=act, cand=cand, ww=ww, wiss=wiss)
 
 
 def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> None:
@@ -503,8 +513,10 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     c.token("<pc plain>", kind=K("pc"), cw=0)
     c.token("<pc exit>", kind=K("pc"), cw=2)
     c.token("<pc bar>", kind=K("pc"), cw=4)
+    c.token("<pc hold>", kind=K("pc"), cw=0, hold=1)
     for p in range(pcs):
         c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
+        c.token(f"<pc bra {p} hold>", kind=K("pc"), cw=1, tgt=p, hold=1)
     for b in range(MAX_BLOCKS):
         name = f"<blk {b}>"
         c.token(name, kind=K("blk"), nb1=b + 1, **blk_inputs(b))

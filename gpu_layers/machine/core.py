@@ -45,15 +45,19 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
 
 then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 
-Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered for one
-warp so that vectors, sub-word accesses and atomics are scalar word accesses, allocated): one
-warp of up to 32 threads per block (8 lane groups), programs of up to 1,024 machine
+Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered, in
+blocks of one warp so that vectors, sub-word accesses and atomics are scalar word accesses,
+allocated): blocks of up to 64 threads, two warps of 8 lane groups taking turns by the
+interpreter's round robin (the control unit's `<w W H>` before each `<wi W P H>`; the register
+file in 2 x 2 banks per lane and port, bank 2 W + K // 4; %tid.x = 32 W + 4 K' + lane; the
+warp of a pending group is kept with its state, since an issue's last group commits at the next
+issue's `<wi>`, and nothing executes at `<w>`), programs of up to 1,024 machine
 instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
 (registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 18 layers, W 16,840, 98,351 tokens. The dense stock model would need
+For Qwen3.5-2B's shapes: 20 layers, W 19,398, 100,442 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
 about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
@@ -82,8 +86,10 @@ from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
 GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
-THREADS = LANES * GROUPS
+WARPS = 2                      # warps of a block (round robin, the control unit's <w W H>)
+THREADS = LANES * GROUPS * WARPS
 GBITS = GROUPS.bit_length() - 1
+WBITS_W = (WARPS - 1).bit_length()     # bits of a warp index
 PCS = 1024                     # machine PCs < 1024: every program memory in 8 banks of 128
 KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt") + MU.KINDS
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
@@ -191,13 +197,16 @@ def machine_kernel(kernel, grid, block, args=()):
 
     The launch is made one-dimensional (gpu_layers.machine.flatten: the datapath has only the
     linear thread and block indices) with its shape registers as immediates, the kernel lowered
-    for one warp (memory instructions as scalar word accesses, gpu_layers.machine.word_memory;
-    shuffles and votes through shared memory, gpu_layers.machine.warp_exchange: their sequences
-    are atomic only when no other warp runs between their steps) and register-allocated; when
-    that needs more register-file slots than there are, constants live across float routines'
+    (blocks of one warp: memory instructions as scalar word accesses, gpu_layers.machine.
+    word_memory; shuffles and votes through shared memory, gpu_layers.machine.warp_exchange: their
+    sequences are atomic only when no other warp runs between their steps) and register-allocated;
+    when that needs more register-file slots than there are, constants live across float routines'
     calls are written again after each call (gpu_layers.machine.remat) and the kernel allocated
-    again. Refused by name: a block of several warps; sub-word accesses with a buffer that is not whole 32-bit words (a byte's word
-    would be out of range where the byte is not)."""
+    again; when the code is longer than the program memory (PCS), the float conversions become
+    calls of routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
+    what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
+    shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
+    word would be out of range where the byte is not)."""
     from gpu_layers.machine.flatten import flatten_launch, launch_constants
     from gpu_layers.machine.lower import lower
     from gpu_layers.machine.regalloc import allocate
@@ -214,11 +223,32 @@ def machine_kernel(kernel, grid, block, args=()):
         raise CoreError(f"line {sub.line}: `{sub}` is a sub-word access and buffer argument {odd[0]} "
                         f"has {args[odd[0]].nbytes} bytes: the machine reads bytes in whole 32-bit words, "
                         "so it needs buffers of whole words")
-    code = lower(flat, one_warp=True)
+    if block[0] > 32:
+        _check_several_warps(flat, block[0])
+    code = lower(flat, one_warp=True, warps=-(-block[0] // 32))
+    if len(code.instructions) > PCS:          # conversions as routines: fewer PCs, more steps
+        code = lower(flat, one_warp=True, warps=-(-block[0] // 32), cvt_routines=True)
     mk, _ = allocate(code)
     if _slots_needed(mk) > R.REGS:            # constants written again after calls instead
         mk, _ = allocate(rematerialize_constants(code)[0])
     return mk, grid, block
+
+
+def _check_several_warps(kernel, nthreads: int):
+    """Refuse, by name, what the lowering makes a sequence of steps that would not stay exact
+    with other warps' steps between them (word_memory.several_warps_problem; warp_exchange:
+    shuffles and votes wait for their warp, which the core does with a block barrier)."""
+    from gpu_layers.machine import warp_exchange, word_memory
+
+    regbits = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names}
+    for ins in kernel.instructions:
+        why = word_memory.several_warps_problem(ins, regbits)
+        if why is None and warp_exchange.needs(ins):
+            why = "a warp exchange (it goes through shared memory after a block barrier)"
+        if why is not None:
+            raise CoreError(
+                f"line {ins.line}: `{ins}` in a block of {nthreads} threads ({-(-nthreads // 32)} warps): "
+                f"{why}; the core runs it in blocks of one warp (up to 32 threads)")
 
 
 def _slots_needed(mk) -> int:
@@ -286,7 +316,8 @@ def _prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes):
                                 "operand: the core's operand b is a register or the immediate")
             po = tok_po(op.op, op.width, dst) if op.op is not None else tok_po(None)
             ps, imm, pm = tok_ps(op.a, op.b), op.imm, tok_pm(None)
-        out += [f"<pa {p}>", C.control_word(ins, nthreads), R.tok_pd(*dest) if dest else R.tok_pd(None),
+        out += [f"<pa {p}>", C.control_word(ins, nthreads, p in kernel.holds),
+                R.tok_pd(*dest) if dest else R.tok_pd(None),
                 po, ps, pq, pm]
         out += [f"<pi {k} {x:03x}>" for k, x in enumerate(_imm_chunks(imm)) if x]
         out.append("<pe>")
@@ -338,16 +369,16 @@ def _imm_chunks(x: int) -> list[int]:
 
 def stream_tokens(tokens) -> list[str]:
     """The oracle's stream (gpu_layers.machine.protocol tuples) as the core's tokens; the dump
-    section is dropped (the memory unit's). Refused by name: other warps, <w> tokens."""
+    section is dropped (the memory unit's)."""
     out = []
     for t in tokens:
         k = t[0]
         if k == "blk":
             out.append(f"<blk {t[1]}>")
+        elif k == "w":
+            out.append(f"<w {t[1]} {t[2]}>")
         elif k == "wi":
-            if t[1] != 0:
-                raise CoreError(f"<wi {t[1]} ..>: the machine core v0 runs one warp per block")
-            out.append(f"<wi 0 {t[2]} {t[3]}>")
+            out.append(f"<wi {t[1]} {t[2]} {t[3]}>")
         elif k == "g":
             out.append(tok_g(*t[1:]))
         elif k == "d":
@@ -376,7 +407,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 50 GB at W 16,840 and 18 layers in fp32)."""
+    Needs the memory of the dense weights (about 60 GB at W 19,398 and 20 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
@@ -464,7 +495,7 @@ def core_circuit() -> Circuit:
     f = C.control_layers(c, THREADS, KINDS, pcs=PCS)
     hot = dict(f.hot)
     hot["end"] = hot["halt"]
-    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS, pcs=PCS)
+    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS, pcs=PCS, warps=WARPS, wi_warp=f.ww)
     G = f.G
     assert G == GROUPS, (G, GROUPS)
 
@@ -503,15 +534,20 @@ def core_circuit() -> Circuit:
     iss = c.new_field(dual("iss", LANES))
     imm_a = c.new_field(dual("imm_a", 64))
     imm_b = c.new_field(dual("imm_b", 64))
-    tidk = c.new_field(dual("tidk", GBITS))
+    tidk = c.new_field(dual("tidk", GBITS + WBITS_W))      # %tid.x's bits 2.. (K', then the warp)
     cta = c.new_field(dual("cta", C.BBITS))
-    nrb = GROUPS // R.GROUPS                 # register-file banks: K' // 4 (a key head holds 128 slots)
+    gbanks = GROUPS // R.GROUPS              # register-file banks of a warp: K' // 4 (a key head holds 128 slots)
+    nrb = WARPS * gbanks                     # bank 2 W + K' // 4 (W: the issuing warp)
+    wiss = f.wiss                            # the issue's warp (written at <wi>: current where K' executes)
     # read enables (exact-zero rails), one per bank: the operand is a register and K' is in the bank
     ren = {p: c.new_field(dual(f"re_{p}", nrb)) for p in "abq"}
     m = MLPBuilder(c, "execute_group")
     for p, flag in (("a", a_reg), ("b", b_reg), ("q", q_reg)):
         for rb in range(nrb):
-            m.boolean(ren[p], rb, _first_terms(cand, G, [k for k in range(G) if k // R.GROUPS == rb], flag, 1.0))
+            w, kb = divmod(rb, gbanks)
+            wmatch = lsum(wiss[i] if (w >> i) & 1 else 1.0 - wiss[i] for i in range(WBITS_W))
+            m.boolean(ren[p], rb, _first_terms(cand, G, [k for k in range(G) if k // R.GROUPS == kb],
+                                               flag + wmatch, 1.0 + WBITS_W))
     for i in range(GBITS):
         ks = [k for k in range(G) if (k >> i) & 1]
         m.boolean(nk, i, _first_terms(cand, G, ks))
@@ -519,7 +555,11 @@ def core_circuit() -> Circuit:
         if i < 2:
             for p in "abq":
                 m.boolean(ra[p], 5 + i, _first_terms(cand, G, ks))
-    m.threshold(has_next, 0, lsum(cand.bit(k) for k in range(G)) + 4.0 * f.issue.present(0) - 4.5, 0.5)
+    for i in range(WBITS_W):
+        m.threshold(tidk, GBITS + i, wiss[i] + a_tid - 1.5, 0.5)
+    # nothing executes at <w W H> (its lanes are another warp's, read for the warp picker)
+    m.threshold(has_next, 0, lsum(cand.bit(k) for k in range(G)) + 4.0 * f.issue.present(0)
+                - 4.0 * hot["w"] - 4.5, 0.5)
     for p, base in (("a", 0), ("b", 5), ("q", None)):
         for i in range(5):
             m.threshold(ra[p], i, (pq.bit(i) if base is None else ps.bit(base + i)) - 0.5, 0.5)
@@ -553,7 +593,7 @@ def core_circuit() -> Circuit:
             t = rfa[j].bit(i) + imm_a.bit(i)
             if i < 2 and (j >> i) & 1:
                 t = t + a_tid
-            if 2 <= i < 2 + GBITS:
+            if 2 <= i < 2 + GBITS + WBITS_W:
                 t = t + tidk.bit(i - 2)
             if i < C.BBITS:
                 t = t + cta.bit(i)

@@ -261,12 +261,13 @@ def _run(ptx_kernel, A, B, C):
         res.lane_issues
 
 
-def compare(form: str, A, B, C):
+def compare(form: str, A, B, C, cvt_routines: bool = False):
     """(the interpreter's result bits for `form`, those of its lowering, the machine instructions
     one thread executes for the form: every thread runs the same path, in full groups). A, B, C:
-    uint32 for an f32 form (`operands`), uint64 for an f64 form (`operands64`)."""
+    uint32 for an f32 form (`operands`), uint64 for an f64 form (`operands64`). cvt_routines: a
+    conversion through gpu_layers.machine.cvt_routines' routine (lower(cvt_routines=True))."""
     assert A.dtype == (np.uint64 if is64(form) else np.uint32), (form, A.dtype)
     k = parse_ptx(kernel_for(form)).kernel()
     want, base = _run(k, A, B, C)
-    got, steps = _run(lower(k), A, B, C)
+    got, steps = _run(lower(k, cvt_routines=cvt_routines), A, B, C)
     return want, got, (steps - base) * 4 / A.size + 1

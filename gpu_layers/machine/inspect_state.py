@@ -152,26 +152,27 @@ _CORE_PLACES = None
 
 
 def core_registers(source, slots: dict, strict: bool = True, port: str = "rfa") -> dict:
-    """{(thread, machine register): value or None} for the 32 threads of the core's register
-    file (None: never written, or poison), read from port `port`'s copy (rfa, rfb or rfq: every
-    copy is written by the same commits) in `source` (the fast executor's FastState, or a
+    """{(thread, machine register): value or None} for every thread of the core's register file
+    (core.THREADS; None: never written, or poison), read from port `port`'s copy (rfa, rfb or rfq:
+    every copy is written by the same commits) in `source` (the fast executor's FastState, or a
     transformers cache of a stock model of the core). slots: {machine register name: slot}
-    (the register file program's, gpu_layers.machine.regfile.program_of(kernel).slots)."""
-    from gpu_layers.machine.core import GROUPS
+    (the register file program's, gpu_layers.machine.regfile.program_of(kernel).slots). Thread
+    32 W + 4 K + J is lane J of group K of warp W: bank 2 W + K // 4, slot 32 (K mod 4) + R."""
+    from gpu_layers.machine.core import GROUPS, WARPS
     from gpu_layers.machine.regfile import GROUPS as BANK_GROUPS
     from gpu_layers.machine.regfile import LANES, REGS
 
     places = core_placements()
     banks = []
-    for b in range(GROUPS // BANK_GROUPS):
+    for b in range(WARPS * GROUPS // BANK_GROUPS):
         place = places.port(f"{port}{b}")
         banks.append(read_port_state(recurrent_state(source, place.layer), place, 0, strict))
     out = {}
-    for k in range(GROUPS):
-        words = banks[k // BANK_GROUPS]
+    for kw in range(WARPS * GROUPS):
+        words = banks[kw // BANK_GROUPS]
         for j in range(LANES):
             for n, r in slots.items():
-                out[(LANES * k + j, n)] = words[j][REGS * (k % BANK_GROUPS) + r]
+                out[(LANES * kw + j, n)] = words[j][REGS * (kw % BANK_GROUPS) + r]
     return out
 
 
@@ -182,12 +183,12 @@ def blank_rails(source, port: str = "rfa") -> tuple[int, float]:
     import numpy as np
 
     from gpu_layers.craft.state import _rails
-    from gpu_layers.machine.core import GROUPS
+    from gpu_layers.machine.core import GROUPS, WARPS
     from gpu_layers.machine.regfile import GROUPS as BANK_GROUPS
 
     places = core_placements()
     n, worst = 0, 0.0
-    for b in range(GROUPS // BANK_GROUPS):
+    for b in range(WARPS * GROUPS // BANK_GROUPS):
         place = places.port(f"{port}{b}")
         r = _rails(recurrent_state(source, place.layer), place, 0, place.port.slots)
         blank = (np.abs(r) < 1.0).all(axis=(-1, -2))              # every rail of the slot near 0

@@ -92,11 +92,16 @@ def machine_problems(kernel) -> list[str]:
             for ins in kernel.instructions if not _is_machine_form(ins) and _expansion(ins) is None]
 
 
-def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
+def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
-    one-dimensional blocks of one warp (the machine core's scope), memory instructions become
-    scalar word accesses of .global and .shared (gpu_layers.machine.word_memory: vectors,
-    sub-word accesses, atomics, local memory in per-lane frames of shared memory).
+    one-dimensional blocks (the machine core's scope), memory instructions become scalar word
+    accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
+    atomics, local memory in per-lane frames of shared memory). `warps` > 1 (a block of several
+    warps): only what stays exact when other warps' steps run between a sequence's steps
+    (word_memory.several_warps_problem names the rest); each atomic's read-modify-write holds
+    the turn (Kernel.holds: the same warp takes the next step). `cvt_routines`: float-to-integer
+    and f64-to-f32 conversions call one routine each with the mode in a register
+    (gpu_layers.machine.cvt_routines: fewer instructions, more steps) instead of inline code.
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -105,6 +110,8 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
     if problems:
         raise UnsupportedPTX(problems)
     em = _Emitter(kernel, one_warp)
+    em.warps = warps
+    em.cvt_routines = cvt_routines
     frames = word_memory.local_frames(kernel) if one_warp else None
     if frames:                              # local memory: every lane's frame in shared memory
         var, frame, em.local_size = frames
@@ -145,7 +152,8 @@ def lower(kernel: Kernel, one_warp: bool = False) -> Kernel:
         regs.append(RegDecl(type="b64", names=[warp_exchange.EPOCH], line=0))
         kvars.append(stage)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
-                  directives=list(kernel.directives), calls=calls, returns=returns)
+                  directives=list(kernel.directives), calls=calls, returns=returns,
+                  holds=frozenset(em.holds))
     validate(in_own_module(out, kernel).module, out.name)
     if stage:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
@@ -165,6 +173,8 @@ class _Emitter:
 
     def __init__(self, kernel, one_warp=False):
         self.one_warp = one_warp
+        self.warps = 1
+        self.holds = set()          # indices after which the same warp takes the next step
         self.code = []
         self.labels = {}
         self.count = {w: 0 for w in _TMP}

@@ -316,7 +316,8 @@ def d_inputs(j: int, ch: int, x: int) -> dict:
                 **{f"b0_{jj}": x & 1 for jj in range(LANES)})
 
 
-def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pcs: int = PCS) -> SimpleNamespace:
+def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pcs: int = PCS,
+                   warps: int = 1, wi_warp=None) -> SimpleNamespace:
     """The write-back commit's layers in circuit `c` (`hot`: {kind: 0/1 Lin} for the kinds pa, pd,
     blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs) for a warp of
     `groups` lane groups (4: 16 threads, 8: a whole 32-thread warp). Returns the register file's
@@ -324,7 +325,13 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     32 (K mod 4) + R; a key head holds 128 slots, so 8 groups take two banks of heads per lane,
     bank K // 4), rf_data per lane, per-bank write enables rf_we_bank[b] (rf_we = rf_we_bank[0]
     for one bank) and blank flags; and the group registers. pcs: the
-    program's capacity (512 or 1024 machine instructions, banks of 128)."""
+    program's capacity (512 or 1024 machine instructions, banks of 128). warps: a block's warps (1,
+    or 2 / 4 with `groups` 8: then wi_warp is the <wi W ..> token's W input, the register file has
+    `warps` x 2 banks per lane, bank 2 W + K // 4, and the issuing warp is kept with each group's
+    state, since the commit of an issue's last group comes at the next issue's <wi>)."""
+    if warps not in (1, 2, 4) or (warps > 1 and (groups != 8 or wi_warp is None)):
+        raise RegfileError(f"{warps} warps of {groups} lane groups: the register file runs one warp, "
+                           "or 2 or 4 whole warps of 8 groups")
     if groups not in (4, 8):
         raise RegfileError(f"{groups} lane groups: the register file runs 4 (16 threads) or 8 (32)")
     if pcs not in (512, 1024):
@@ -332,7 +339,9 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     banks = pcs // BANK
     hib = (banks - 1).bit_length()                        # bits of a program bank index
     gb = groups.bit_length() - 1                          # bits of a group index
-    nrb = groups // GROUPS                                # register-file banks (heads per lane)
+    gbanks = groups // GROUPS                             # register-file banks of one warp
+    nrb = warps * gbanks                                  # register-file banks (heads per lane)
+    wb = (warps - 1).bit_length()                         # bits of a warp index
     preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
     pwf = c.input(bits("pwf", 1), default=0)              # <pd R bW>: 1 (writes a register)
     gk = c.input(bits("gk", gb), default=0)               # <g K ..>: K
@@ -359,6 +368,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
                              reset=hot["wi"] + hot["blk"]).outputs[0])
     cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
     cinst_hi = B.memory(c, "cinst_hi", 1, hib, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
+    cwarp = [B.memory(c, "cwarp", 1, wb, 0, 0, wi_warp, we=hot["wi"]).outputs[0]] if wb else []
 
     # ---- L0 MLP: current and pending group ---------------------------------------------------
     ck = c.new_field(bits("ck", gb))      # the current group's K (chunk heads' write slot)
@@ -388,7 +398,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
 
     # ---- L1 mixer: group state (slot K) ------------------------------------------------------
     gs_lo = B.memory(c, "gs_lo", groups, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
-    gs_x = B.memory(c, "gs_x", groups, hib + 2 * LANES, gk, pk, [[cinst_hi, ge, gu]], we=is_g,
+    gs_x = B.memory(c, "gs_x", groups, hib + 2 * LANES + wb, gk, pk, [[cinst_hi, ge, gu] + cwarp], we=is_g,
                     reset=hot["blk"]).outputs[0]
 
     # ---- L1/L2 mixers: chunk heads (lane J, chunk C), slot K ---------------------------------
@@ -426,10 +436,13 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     for i in range(2):
         mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
     for rb in range(nrb):
-        bsel = lsum(pk.bit(2 + i) if (rb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
+        w, kb = divmod(rb, gbanks)
+        bsel = lsum(pk.bit(2 + i) if (kb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
+        bsel = bsel + lsum(gs_x.bit(hib + 2 * LANES + i) if (w >> i) & 1 else 1.0 - gs_x.bit(hib + 2 * LANES + i)
+                           for i in range(wb))
         for j in range(LANES):
             mc.boolean(rf_we[rb], j, [(pen.bit(0) + gs_x.bit(hib + j) + match[b] + prog[b].bit(5) + bsel
-                                       - hib - 2.5 - (gb - 2), 0.5, 1.0) for b in range(banks)])
+                                       - hib - 2.5 - (gb - 2) - wb, 0.5, 1.0) for b in range(banks)])
     for j in range(LANES):
         mc.threshold(rf_blank, j, gs_x.bit(hib + LANES + j) - 0.5, 0.5)
     mc.build()

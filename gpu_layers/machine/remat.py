@@ -65,6 +65,7 @@ def rematerialize_constants(kernel):
                     here.append(replace(mov, line=kernel.instructions[c].line))
     if not inserts:
         return kernel, 0
+    assert not any(i + 1 in inserts for i in kernel.holds), "a copy inside a sequence that holds the turn"
     code, new_index = [], []                       # new_index[i]: where instruction i went
     for i, ins in enumerate(kernel.instructions):
         code += inserts.get(i, [])
@@ -77,6 +78,7 @@ def rematerialize_constants(kernel):
                   labels={name: landing[i] for name, i in kernel.labels.items()},
                   calls=[(new_index[c], landing[e], landing[r]) for c, e, r in kernel.calls],
                   returns=frozenset(new_index[i] for i in kernel.returns),
+                  holds=frozenset(new_index[i] for i in kernel.holds),
                   directives=list(kernel.directives), regs=list(kernel.regs), vars=list(kernel.vars))
     validate(in_own_module(out, kernel).module, out.name)
     return out, sum(len(v) for v in inserts.values())

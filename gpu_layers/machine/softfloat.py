@@ -527,8 +527,12 @@ def _nan_value(B, f, F, ops):
 
 
 def emit_routines(em) -> None:
-    """The float subroutines after the kernel's code, one per format some instruction called."""
+    """The float subroutines after the kernel's code, one per format some instruction called
+    (and the conversion routines, gpu_layers.machine.cvt_routines, which emit themselves)."""
     for r in _routines(em).values():
+        if hasattr(r, "emit"):
+            r.emit(em)
+            continue
         B = _B(em)
         Wd = _words(B, r.F)
         f = _Frame(em, Wd, r.F)
@@ -1025,7 +1029,12 @@ def x_cvt_to_int(em, ins):
     and saturate (a float to integer conversion always does). NaN gives 1 << (width - 1) (MININT
     for a signed type) from an f64 or into a 64-bit integer, else 0 (the PTX ISA's cvt rule; an
     A100 does so). The value is computed in 64 bits and truncated to the destination register, so
-    a narrow signed result arrives sign-extended, as the interpreter writes a wider register."""
+    a narrow signed result arrives sign-extended, as the interpreter writes a wider register.
+    With lower(cvt_routines=True): a call of gpu_layers.machine.cvt_routines' routine instead."""
+    from gpu_layers.machine import cvt_routines
+
+    if cvt_routines.uses_routine(em, ins):
+        return cvt_routines.x_cvt_routine(em, ins)
     B = _B(em)
     F = FORMATS[ins.types[1]]
     dt = ins.types[0]
@@ -1127,7 +1136,12 @@ def x_cvt_float(em, ins):
     (rounded once: subnormal results, overflow to infinity or the largest finite value by the
     mode): the significand normalized to bit 63, packed by `_round_pack`. A NaN keeps its sign and
     the top of its payload (shifted) and gets the quiet bit; infinities and zeros keep their sign
-    (interp/fp64.py from_f32, to_f32)."""
+    (interp/fp64.py from_f32, to_f32). With lower(cvt_routines=True), f64 -> f32 is a call of
+    gpu_layers.machine.cvt_routines' routine instead."""
+    from gpu_layers.machine import cvt_routines
+
+    if cvt_routines.uses_routine(em, ins):
+        return cvt_routines.x_cvt_routine(em, ins)
     B = _B(em)
     G, F = FORMATS[ins.types[0]], FORMATS[ins.types[1]]
     narrow = G.w < F.w

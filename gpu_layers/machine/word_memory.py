@@ -63,6 +63,24 @@ def needs(ins, regbits: dict) -> bool:
     return op == "ld" and ins.types[0] == "s32" and regbits.get(str(ins.operands[0])) == 64
 
 
+def several_warps_problem(ins, regbits: dict) -> str | None:
+    """Why `ins`, which this module expands, cannot run in a block of several warps (None: it
+    can). Other warps' steps run between a sequence's steps there: a sub-word or scalar load is
+    one word access and stays exact, an atomic's read-modify-write holds the turn
+    (Kernel.holds); a store of part of a word (read-modify-write rounds), a vector access (split
+    into words another warp could write between) and local memory (frames per lane of one warp)
+    are not done yet."""
+    if not needs(ins, regbits) or ins.opcode in ("atom", "red"):
+        return None
+    if "local" in ins.modifiers:
+        return "local memory (its frames are per lane of one warp)"
+    if any(m in _VEC for m in ins.modifiers):
+        return "a vector access (split into word accesses another warp's steps could run between)"
+    if ins.opcode == "st":
+        return "a sub-word store (a read-modify-write of its word in rounds)"
+    return None
+
+
 def expand(em, ins):
     if "local" in ins.modifiers:
         _local(em, ins)
@@ -110,7 +128,8 @@ def fault_where(em, p, reg):
 
 
 def lane_loop(em, body):
-    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order)."""
+    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order; in a
+    block of several warps, the 32 lanes of the thread's own warp)."""
     i = em.tmp(32)
     em.emit(f"mov.u32 {i}, 0")
     top = em.label()
@@ -118,8 +137,20 @@ def lane_loop(em, body):
     body(i)
     em.emit(f"add.u32 {i}, {i}, 1")
     more = em.tmp(1)
-    em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
+    em.emit(f"setp.lt.u32 {more}, {i}, {'%ntid.x' if em.warps == 1 else 32}")
     em.emit(f"@{more} bra {top}")
+
+
+def lane_id(em) -> str:
+    """A register holding the thread's lane in its warp: %laneid (one warp: the datapath reads it
+    as the thread index) or %tid.x & 31 (several warps; one-dimensional blocks). Specials are
+    operand a only: the core reads them there."""
+    lane = em.tmp(32)
+    if em.warps == 1:
+        em.emit(f"mov.u32 {lane}, %laneid")
+    else:
+        em.emit(f"and.b32 {lane}, %tid.x, 31")
+    return lane
 
 
 def _effective(em, aop, w=None) -> tuple[str, int]:
@@ -413,8 +444,7 @@ def _atomic(em, ins):
             if taint is not None:
                 em.emit(f"xor.b{w} {tx}, {tx}, {taint}")
             taint = tx
-    lane = em.tmp(32)                     # (%laneid only as operand a: the core reads it there)
-    em.emit(f"mov.u32 {lane}, %laneid")
+    lane = lane_id(em)
     me = _where_guard(em, 32, lane, 32, ins.guard)    # this lane's turn; 32 (never): guarded off
     old = _fresh(em, w, True)
 
@@ -430,7 +460,10 @@ def _atomic(em, ins):
         em.emit(f"xor.b{w} {x}, {x}, {new}")
         em.emit(f"@{p} {st} {aop}, {x}")
 
+    start = len(em.code)
     lane_loop(em, turn)
+    if em.warps > 1:          # the whole loop holds the turn: no other warp's step comes between
+        em.holds.update(range(start + 1, len(em.code)))     # (after `mov i, 0` .. the last branch)
     if atom and not isinstance(d, Sink):
         em.emit(f"{_guard(ins)}mov.b{w} {d}, {old}")
 

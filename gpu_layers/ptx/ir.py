@@ -183,6 +183,9 @@ class Kernel:
     # routine's return branches; liveness treats a call as one instruction
     calls: list = field(default_factory=list)
     returns: frozenset = frozenset()
+    # machine code only (gpu_layers/machine/word_memory.py): indices of instructions after which
+    # the same warp takes the next step (a read-modify-write sequence no other warp may split)
+    holds: frozenset = frozenset()
     module: object = field(default=None, repr=False, compare=False)   # the enclosing Module
 
     def reg_types(self) -> dict:
