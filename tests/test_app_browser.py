@@ -314,7 +314,8 @@ def test_inside_view_steps_through_the_run(session):
     s.page.wait_for_selector("#step-view [data-snapshot='39']")
     assert int(s.page.get_attribute("#step-view [data-snapshot]", "data-step")) < step40
     assert s.page.locator("#step-view td.qg-w, #step-view td.qg-c").count() > 0
-    assert "18 layers" in s.page.inner_text("#layer-map")
+    from webapp.render import CORE_LAYERS
+    assert f"{CORE_LAYERS} layers" in s.page.inner_text("#layer-map")
 
 
 def test_no_host_file_is_served(server):

@@ -258,6 +258,7 @@ def solve_html(view) -> str:
 # --------------------------------------------------------------------------------------- inside
 
 
+CORE_LAYERS = 20  # the machine core's layers for Qwen3.5-2B's shapes (tests/test_machine_core.py checks the schedule)
 LAYER_MAP = [     # the machine core's 20 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
     # scripts/residual_liveness.py and craft.assemble.schedule print the placement)
     ("0-2", "Prompt and issue", "prompt registers (thread and block counts, the <pa> address), the program in "
@@ -282,7 +283,7 @@ def layer_map_html() -> str:
                    for a, b, c in LAYER_MAP)
     return ('<div class="qg-box" data-layer-map="core">'
             '<b>Which compiled layer does what</b>'
-            '<div class="qg-small">The machine core: 20 layers for Qwen3.5-2B\'s shapes (the model backend of Run '
+            f'<div class="qg-small">The machine core: {CORE_LAYERS} layers for Qwen3.5-2B\'s shapes (the model backend of Run '
             'CUDA runs in them). The state shown above is the reference interpreter\'s running the machine code, '
             'which the core\'s DeltaNet state holds at the same step (gpu_layers.machine.inspect_state).</div>'
             '<table class="qg-t" style="margin-top:6px"><tr><th>layers</th><th>what</th><th>how</th></tr>'

@@ -24,7 +24,7 @@ inline forms do.
 from __future__ import annotations
 
 from gpu_layers.machine.softfloat import (F32, F64, FORMATS, MODES, _B, _fields, _is_nan, _M, _rmode,
-                                          _round_pack, _routines, _val, _write)
+                                          _round_pack, _routines, _val, _write, emit_returns)
 
 _INT_MODES = {"rni": "rn", "rzi": "rz", "rmi": "rm", "rpi": "rp"}
 
@@ -61,14 +61,7 @@ class _Routine:
         B = _B(em)
         em.place(self.entry)
         {"toint": _emit_toint, "narrow": _emit_narrow, "widen": _emit_widen}[self.kind](B, self)
-        for k, (_, _, back) in enumerate(self.sites):
-            if k < len(self.sites) - 1:
-                p = B.setp("eq", "u32", self.ret, k)
-                self.returns.append(len(em.code))
-                em.emit(f"@{p} bra {back}")
-            else:
-                self.returns.append(len(em.code))
-                em.emit(f"bra {back}")
+        emit_returns(B, self)
 
 
 def _routine(em, kind, F, args) -> _Routine:

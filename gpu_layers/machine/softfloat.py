@@ -548,14 +548,21 @@ def emit_routines(em) -> None:
                 em.emit(f"bra {common}")
         em.place(common)
         _emit_sum(B, Wd, r, f)
-        for k, (_, _, back) in enumerate(r.sites):                  # return to the calling site
-            if k < len(r.sites) - 1:
-                p = B.setp("eq", "u32", r.ret, k)
-                r.returns.append(len(em.code))
-                em.emit(f"@{p} bra {back}")
-            else:
-                r.returns.append(len(em.code))
-                em.emit(f"bra {back}")
+        emit_returns(B, r)
+
+
+def emit_returns(B, r):
+    """The chain of returns to routine r's call sites (r.sites, r.ret: the site's number, a
+    constant), each return branch's index recorded in r.returns (Kernel.returns)."""
+    em = B.em
+    for k, (_, _, back) in enumerate(r.sites):
+        if k < len(r.sites) - 1:
+            p = B.setp("eq", "u32", r.ret, k)
+            r.returns.append(len(em.code))
+            em.emit(f"@{p} bra {back}")
+        else:
+            r.returns.append(len(em.code))
+            em.emit(f"bra {back}")
 
 
 def _emit_addend(B, Wd, r, f):
