@@ -168,10 +168,11 @@ def claim_kernel():
 
 
 def test_in_a_block_of_two_warps_an_atomic_holds_the_turn():
-    """48 threads, two warps taking turns: each atomic is a loop over the warp's lanes, which
-    another warp's steps must not split. The loop's instructions are in Kernel.holds (the same
-    warp takes the next step), so the lists come out in the original's order; without the holds
-    the warps' loops interleave and the lists do not (the lowering needs them)."""
+    """48 threads, two warps taking turns: each atomic is 32 turns (lane i loads, computes and
+    stores), which another warp's steps must not split. They are written out (straight-line code:
+    the cursor rule runs them through, no other thread of the warp comes between) and in
+    Kernel.holds (the same warp takes the next step), so the lists come out in the original's
+    order; without the holds the warps' turns interleave and the lists do not."""
     from dataclasses import replace
 
     from gpu_layers.machine.core import machine_kernel

@@ -142,11 +142,11 @@ class ControlUnit(CompiledCircuit):
 def control_word(ins, nthreads: int, hold: bool = False) -> str:
     """The <pc ..> prompt token of a decoded machine instruction (refused by name: barriers for
     part of the block, warp-synchronous instructions). hold: the instruction is in Kernel.holds
-    (after it the same warp takes the next step): `<pc hold>` / `<pc bra T hold>`."""
-    if hold and ins.kind not in ("op", "bra"):
-        raise ControlError(f"line {ins.line}: `{ins.text}`: only a plain instruction or a branch can hold the turn")
+    (after it the same warp takes the next step): `<pc hold>`, a plain instruction."""
     if hold:
-        return f"<pc bra {ins.target} hold>" if ins.kind == "bra" else "<pc hold>"
+        if ins.kind != "op":
+            raise ControlError(f"line {ins.line}: `{ins.text}`: only a plain instruction holds the turn")
+        return "<pc hold>"
     if ins.kind == "bra":
         return f"<pc bra {ins.target}>"
     if ins.kind == "exit":
@@ -516,7 +516,6 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     c.token("<pc hold>", kind=K("pc"), cw=0, hold=1)
     for p in range(pcs):
         c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
-        c.token(f"<pc bra {p} hold>", kind=K("pc"), cw=1, tgt=p, hold=1)
     for b in range(MAX_BLOCKS):
         name = f"<blk {b}>"
         c.token(name, kind=K("blk"), nb1=b + 1, **blk_inputs(b))

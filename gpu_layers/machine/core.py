@@ -57,7 +57,7 @@ instructions (every program memory in 8 banks of 128), up to 32 register-file sl
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 20 layers, W 19,398, 100,442 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
+For Qwen3.5-2B's shapes: 20 layers, W 19,418, 100,443 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
 about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
@@ -407,7 +407,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 60 GB at W 19,398 and 20 layers in fp32)."""
+    Needs the memory of the dense weights (about 60 GB at W 19,418 and 20 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}

@@ -98,8 +98,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
     atomics, local memory in per-lane frames of shared memory). `warps` > 1 (a block of several
     warps): only what stays exact when other warps' steps run between a sequence's steps
-    (word_memory.several_warps_problem names the rest); each atomic's read-modify-write holds
-    the turn (Kernel.holds: the same warp takes the next step). `cvt_routines`: float-to-integer
+    (word_memory.several_warps_problem names the rest); each atomic's turns, one per lane of the
+    warp, are written out and hold the turn (Kernel.holds: the same warp takes the next step). `cvt_routines`: float-to-integer
     and f64-to-f32 conversions call one routine each with the mode in a register
     (gpu_layers.machine.cvt_routines: fewer instructions, more steps) instead of inline code.
 

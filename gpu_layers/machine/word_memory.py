@@ -460,10 +460,13 @@ def _atomic(em, ins):
         em.emit(f"xor.b{w} {x}, {x}, {new}")
         em.emit(f"@{p} {st} {aop}, {x}")
 
-    start = len(em.code)
-    lane_loop(em, turn)
-    if em.warps > 1:          # the whole loop holds the turn: no other warp's step comes between
-        em.holds.update(range(start + 1, len(em.code)))     # (after `mov i, 0` .. the last branch)
+    if em.warps == 1:
+        lane_loop(em, turn)
+    else:                     # 32 turns written out, holding the turn: one unit, as the atom is
+        start = len(em.code)
+        for i in range(32):
+            turn(i)
+        em.holds.update(range(start, len(em.code) - 1))
     if atom and not isinstance(d, Sink):
         em.emit(f"{_guard(ins)}mov.b{w} {d}, {old}")
 
