@@ -223,11 +223,12 @@ def machine_kernel(kernel, grid, block, args=()):
         raise CoreError(f"line {sub.line}: `{sub}` is a sub-word access and buffer argument {odd[0]} "
                         f"has {args[odd[0]].nbytes} bytes: the machine reads bytes in whole 32-bit words, "
                         "so it needs buffers of whole words")
-    if block[0] > 32:
+    warps = -(-block[0] // 32)
+    if warps > 1:
         _check_several_warps(flat, block[0])
-    code = lower(flat, one_warp=True, warps=-(-block[0] // 32))
+    code = lower(flat, one_warp=True, warps=warps)
     if len(code.instructions) > PCS:          # conversions as routines: fewer PCs, more steps
-        code = lower(flat, one_warp=True, warps=-(-block[0] // 32), cvt_routines=True)
+        code = lower(flat, one_warp=True, warps=warps, cvt_routines=True)
     mk, _ = allocate(code)
     if _slots_needed(mk) > R.REGS:            # constants written again after calls instead
         mk, _ = allocate(rematerialize_constants(code)[0])

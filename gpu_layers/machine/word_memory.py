@@ -128,8 +128,8 @@ def fault_where(em, p, reg):
 
 
 def lane_loop(em, body):
-    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order; in a
-    block of several warps, the 32 lanes of the thread's own warp)."""
+    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order; blocks
+    of several warps write their atomics' turns out instead, `_atomic`)."""
     i = em.tmp(32)
     em.emit(f"mov.u32 {i}, 0")
     top = em.label()
@@ -137,7 +137,7 @@ def lane_loop(em, body):
     body(i)
     em.emit(f"add.u32 {i}, {i}, 1")
     more = em.tmp(1)
-    em.emit(f"setp.lt.u32 {more}, {i}, {'%ntid.x' if em.warps == 1 else 32}")
+    em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
     em.emit(f"@{more} bra {top}")
 
 
