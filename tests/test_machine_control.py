@@ -161,3 +161,50 @@ def test_several_warps_round_robin():
     assert check_predictions(cu, names, n0, fast_rows(cu.fast(), cu.encode(names))) == []
     with pytest.raises(ControlError, match="threads per block"):
         cu.prompt_tokens(kernel, (1, 1, 1), (65, 1, 1))
+
+
+WSYNC = r'''
+extern "C" __global__ void wsync(const int* a, int* out) {
+    int t = threadIdx.x;
+    int v = a[t];
+    for (int i = (v & 7) + (t == 37 ? 12 : 0); i > 0; --i)    // lanes leave apart: they run ahead
+        v = v * 5 + i;
+    if (t == 37) return;
+    for (int k = 0; k < 3; ++k) {
+        v += __shfl_sync(0xffffffffu, v, k);
+        if (v & 2) v ^= 5;
+    }
+    unsigned b = __ballot_sync(0xffffffffu, v & 1);
+    __syncthreads();
+    out[(blockIdx.x << 6) + t] = v + (int)b;
+}'''
+
+
+def test_several_warps_warp_barrier():
+    """Warp exchanges in blocks of 40 threads: each waits at the machine's warp barrier (lanes
+    leave a divergent loop apart and arrive in three steps; in the partial warp the last lane to
+    come exits instead, which releases the others), whose releases flip the warp's generation G
+    in <w W H G>; the lowered kernel equals the original on the interpreter, the unit predicts
+    every control token, G included, and a stream whose G did not flip mispredicts there."""
+    from gpu_layers.interp import launch
+    from gpu_layers.nvcc import compile_cuda
+
+    cu = build_control_unit(REAL_2B, threads=64)
+    src = module_for(compile_cuda(WSYNC)).kernel("wsync")
+    kernel = lower(src, one_warp=True, warps=2)
+    assert len(kernel.warp_barriers) == 4
+    a = ((np.arange(80) * 7919) % 23).astype(np.int32)
+    out = np.zeros(128, dtype=np.int32)
+    want = launch(src, (2, 1, 1), (40, 1, 1), [a, out]).buffers[1]
+    assert np.array_equal(launch(kernel, (2, 1, 1), (40, 1, 1), [a, out]).buffers[1], want)
+    names, n0 = control_stream(cu, kernel, (2, 1, 1), (40, 1, 1), [a, out])
+    assert "<pc wbar>" in names[:n0]
+    gens = {n.split()[3] for n in names[n0:] if n.startswith("<w ")}
+    assert gens == {"0>", "1>"}
+    fm = cu.fast()
+    assert check_predictions(cu, names, n0, fast_rows(fm, cu.encode(names))) == []
+    i = next(i for i in range(n0, len(names)) if names[i].startswith("<w ") and names[i].endswith(" 1>"))
+    bad = names[:i] + [names[i][:-2] + "0>"] + names[i + 1:]       # the flip of G not carried
+    assert [p for p, _, _ in check_predictions(cu, bad, n0, fast_rows(fm, cu.encode(bad)))][:1] == [i - 1]
+    with pytest.raises(ControlError, match="block of one warp"):
+        cu.prompt_tokens(kernel, (1, 1, 1), (32, 1, 1))

@@ -1,7 +1,8 @@
-"""Warp exchanges for one warp (gpu_layers.machine.warp_exchange): shfl.sync and vote.sync through
-a staging array in shared memory compute what the interpreter computes, bit for bit, the machine
-core accepts them, and what the sequence cannot wait for correctly (a partial membermask) or
-what the original raises on (reading an exited lane) faults."""
+"""Warp exchanges (gpu_layers.machine.warp_exchange): shfl.sync and vote.sync through a staging
+array in shared memory compute what the interpreter computes, bit for bit, in blocks of one warp
+and (waiting at the machine's warp barrier) of two, the machine core accepts them, and what the
+sequence cannot wait for correctly (a partial membermask) or what the original raises on (reading
+an exited lane) faults."""
 import numpy as np
 import pytest
 
@@ -26,9 +27,9 @@ def _kernel(body):
     return parse_ptx(kernel_ptx(HEAD + body + "\tret;\n")).kernel()
 
 
-def _same(body, block, n_out=256):
+def _same(body, block, n_out=256, warps=1):
     k = _kernel(body)
-    mk = lower(k, one_warp=True)
+    mk = lower(k, one_warp=True, warps=warps)
     assert not any(i.opcode in ("shfl", "vote") for i in mk.instructions)
     a = launch(k, 1, block, [np.zeros(n_out, np.uint32)])
     b = launch(mk, 1, block, [np.zeros(n_out, np.uint32)])
@@ -177,3 +178,39 @@ def test_the_staging_array_after_the_kernels_own_shared_memory():
     a = launch(k, 1, 32, [np.zeros(32, np.uint32)])
     b = launch(mk, 1, 32, [np.zeros(32, np.uint32)])
     assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
+
+
+TWO_WARPS = """\tshfl.sync.up.b32 \t%r2, %r1, 1, 0, %r99;
+\tshfl.sync.idx.b32 \t%r7, %r1, 3, 31, %r99;
+\tadd.u32 \t%r2, %r2, %r7;
+\tand.b32 \t%r3, %r1, 4;
+\tsetp.ne.u32 \t%p1, %r3, 0;
+\tsetp.lt.u32 \t%p2, %r100, 40;
+\tvote.sync.ballot.b32 \t%r4, %p1, %r99;
+\tvote.sync.all.pred \t%p3, %p2, %r99;
+\tselp.b32 \t%r5, 1, 0, %p3;
+\tst.global.u32 \t[%rd9], %r2;
+\tst.global.u32 \t[%rd9+256], %r4;
+\tst.global.u32 \t[%rd9+512], %r5;
+"""
+
+
+@pytest.mark.parametrize("block", [64, 44])
+def test_exchanges_in_a_block_of_two_warps(block):
+    """Each warp exchanges among its own lanes (its 32 slots; a vote over the warp's lanes only,
+    the partial second warp's 12 in a block of 44), waiting at the machine's warp barrier."""
+    out = _same(TWO_WARPS, block, n_out=192, warps=2)
+    assert out[128] == 1 and out[128 + 33] == 0           # all(tid < 40): in warp 0, not in warp 1
+
+
+def test_a_partial_membermask_in_a_block_of_two_warps_faults():
+    """Warp 0's lanes 16..31 exit, and its other lanes exchange with a mask of 16 lanes, as warp
+    1 (16 threads) does: the original runs it, the lowering faults (its mask check names every
+    thread of the warp, not only those that have not exited)."""
+    body = ("\tsetp.ge.u32 \t%p1, %r100, 16;\n\tsetp.lt.u32 \t%p2, %r100, 32;\n\tand.pred \t%p1, %p1, %p2;\n"
+            "\t@%p1 ret;\n\tmov.u32 \t%r99, 65535;\n"
+            "\tshfl.sync.bfly.b32 \t%r2, %r1, 1, 31, %r99;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    k = _kernel(body)
+    launch(k, 1, 48, [np.zeros(64, np.uint32)])
+    with pytest.raises(OutOfBounds):
+        launch(lower(k, one_warp=True, warps=2), 1, 48, [np.zeros(64, np.uint32)])

@@ -192,16 +192,20 @@ def test_in_a_block_of_two_warps_an_atomic_holds_the_turn():
 
 
 def test_in_a_block_of_two_warps_sequences_that_would_interleave_are_refused_by_name():
+    """Sub-word stores and vectors are refused there; a warp exchange runs (it waits at the
+    machine's warp barrier)."""
     from gpu_layers.machine.core import CoreError, machine_kernel
 
     args = [np.zeros(64, np.uint32), np.zeros(64, np.uint32)]
     for body, why in (("\tst.global.u8 \t[%rd9], %rs1;\n", "a sub-word store"),
-                      ("\tld.global.v2.u32 \t{%r1, %r2}, [%rd8];\n", "a vector access"),
-                      ("\tshfl.sync.idx.b32 \t%r1, %r100, 0, 31, -1;\n", "a warp exchange")):
+                      ("\tld.global.v2.u32 \t{%r1, %r2}, [%rd8];\n", "a vector access")):
         with pytest.raises(CoreError, match=f"in a block of 64 threads \\(2 warps\\): {why}"):
             machine_kernel(_kernel(body), (1, 1, 1), (64, 1, 1), args)
     mk, _, _ = machine_kernel(_kernel("\tld.global.u8 \t%rs1, [%rd8];\n"), (1, 1, 1), (64, 1, 1), args)
     assert not mk.holds                      # a sub-word load is one word access
+    mk, _, _ = machine_kernel(_kernel("\tshfl.sync.idx.b32 \t%r1, %r100, 0, 31, -1;\n"), (1, 1, 1), (64, 1, 1),
+                              args)
+    assert len(mk.warp_barriers) == 1        # a warp exchange waits at the machine's warp barrier
 
 
 def test_an_exchange_with_a_shared_word_nothing_wrote_raises_in_both():

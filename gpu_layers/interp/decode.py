@@ -39,6 +39,8 @@ from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
 
 # Form kinds whose inputs are observable: poison in any read register is an error (addresses,
 # stored values, atomic operands, warp exchanges, control). Every other kind propagates poison.
+WARP_BARRIER = -1
+
 STRICT_KINDS = frozenset({"ld", "st", "atom", "red", "shfl", "vote", "match", "warpsync",
                           "activemask", "bar", "bra", "exit", "nop"})
 # Kinds that can make poison from clean inputs, and why (the origin named in errors).
@@ -388,7 +390,8 @@ class Decoded:
     guard: int | None = None    # column of the guard predicate
     gneg: bool = False
     gname: str = ""
-    target: int = 0             # branch target index / barrier thread count (0: whole block)
+    target: int = 0             # branch target index / barrier thread count (0: whole block;
+                                # WARP_BARRIER: the machine's warp barrier, Kernel.warp_barriers)
     reads: list = field(default_factory=list)   # [(column, register name)] checked before use
     dsts: list = field(default_factory=list)    # columns written
     pmode: str = "strict"       # poison rule: "strict", "prop", "select", "and", "or"
@@ -475,8 +478,14 @@ class Program:
         self.constcols = {}             # column -> value
         self.specials = {}              # special register name -> column
         self.code = []
-        for ins in kernel.instructions:
-            self.code.append(self._decode(ins))
+        for i, ins in enumerate(kernel.instructions):
+            if i in kernel.warp_barriers:
+                if ins.opcode != "bar" or ins.modifiers[:2] != ("warp", "sync") or ins.guard is not None:
+                    raise ValueError(f"machine code: the warp barrier at index {i} is `{ins}`, "
+                                     "not an unguarded bar.warp.sync")
+                self.code.append(Decoded("bar", None, ins.line, str(ins), target=WARP_BARRIER))
+            else:
+                self.code.append(self._decode(ins))
 
     # -- columns --
     def _new_scratch(self, name):

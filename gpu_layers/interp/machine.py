@@ -26,6 +26,11 @@ Decisions (the definition of the machine; the compiled model is checked against 
 * Barriers. `bar.sync 0` / `barrier.sync 0` (and `bar.sync 0, N` only with N == block size) is
   block-wide: a thread that executes it waits; when every non-exited thread of the block waits,
   all are released.
+* The machine's warp barrier (machine code only: `bar.warp.sync -1` at an index in
+  Kernel.warp_barriers; PTX never has one). The block barrier's rule for one warp: a thread that
+  executes it waits; after the step at which every non-exited thread of its warp waits (the last
+  arrives, or the last one not waiting exits), all are released. The compiled machine waits for a
+  warp's lanes this way before its warp exchanges in blocks of several warps.
 * Warp-synchronous instructions (shfl.sync, vote.sync, match.sync, bar.warp.sync). A thread that
   executes one waits until every non-exited thread its membermask names has arrived at the same
   instruction (for bar.warp.sync: at any bar.warp.sync); the instruction then executes once for
@@ -75,7 +80,7 @@ import numpy as np
 from gpu_layers.errors import (
     ExecutionError, LaunchError, QwenGPUError, StepBudgetExceeded, UninitializedRead,
 )
-from gpu_layers.interp.decode import Program
+from gpu_layers.interp.decode import WARP_BARRIER, Program
 from gpu_layers.interp.memory import GlobalMemory, Region
 from gpu_layers.ptx.ir import Kernel, Module
 from gpu_layers.ptx.validator import validate
@@ -107,7 +112,7 @@ class Scalar:
 
 
 # thread states
-RUN, BARRIER, EXITED, SYNC = 0, 1, 2, 3
+RUN, BARRIER, EXITED, SYNC, WBARRIER = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -124,7 +129,7 @@ class Warp:
     """One warp's state: register columns, per-thread PCs and states, the scheduling cursor."""
     __slots__ = ("ok", "R", "pc", "st", "run", "conv", "cpc", "runmask", "cursor", "parked",
                  "gone", "porig", "shared", "local", "glob", "params", "index", "block_id", "tids",
-                 "block_dim", "block_idx", "block")
+                 "block_dim", "block_idx", "block", "wwait", "wgen")
 
     def thread_name(self, l):
         bx, by, bz = self.block_idx
@@ -369,6 +374,8 @@ def _make_block(prog, cfg, bid, glob, param_region) -> _Block:
         W.cpc = 0
         W.cursor = 0
         W.parked = {}
+        W.wwait = 0          # threads waiting at the machine's warp barrier
+        W.wgen = 0           # its releases so far, mod 2 (the control unit's <w W H G>)
         W.porig = {}
         W.runmask = (1 << n) - 1
         W.shared = shared
@@ -431,7 +438,7 @@ class _Run:
                     raise ExecutionError(_deadlock_message(blk, self.code))
                 break
             if blk.exited:
-                live = [W for W in live if W.run or W.parked or BARRIER in W.st]
+                live = [W for W in live if W.run or W.parked or W.wwait or BARRIER in W.st]
                 blk.exited = False
 
     def step(self, W, blk):
@@ -492,6 +499,18 @@ class _Run:
                 _exit_threads(W, blk, exe, active, pc)
             else:
                 _advance(W, active, pc + 1)
+        elif kind == "bar" and ins.target == WARP_BARRIER:
+            if exe:
+                _materialize(W)
+                st = W.st
+                for l in active:
+                    W.pc[l] = pc + 1
+                for l in exe:
+                    st[l] = WBARRIER
+                W.wwait += len(exe)
+                _set_run(W)
+            else:
+                _advance(W, active, pc + 1)
         elif kind == "bar":
             if ins.target and ins.target != self.cfg.nthreads:
                 raise ExecutionError(
@@ -514,6 +533,8 @@ class _Run:
             self.observer(W, ins, pc, active, done)
         if blk.waiting and blk.waiting == blk.alive:
             _release_barrier(blk)
+        if W.wwait and W.wwait == 32 - W.gone.bit_count():
+            _release_warp_barrier(W)
         return pc
 
 
@@ -741,6 +762,17 @@ def _release_barrier(blk):
     blk.waiting = 0
 
 
+def _release_warp_barrier(W):
+    _materialize(W)
+    st = W.st
+    for l in range(32):
+        if st[l] == WBARRIER:
+            st[l] = RUN
+    _set_run(W)
+    W.wwait = 0
+    W.wgen ^= 1
+
+
 def _deadlock_message(blk, code):
     bx, by, bz = blk.index
     parts = []
@@ -764,6 +796,8 @@ def _deadlock_message(blk, code):
             parts.append(f"warp {V.index}: {len(lanes)} thread(s) wait at line {ins.line} "
                          f"(`{ins.text}`) for lane(s) {missing} named in the membermask, which never "
                          f"arrive ({'; '.join(where)})")
+        if V.wwait:
+            parts.append(f"warp {V.index}: {V.wwait} thread(s) wait at the warp barrier")
     if blk.waiting:
         parts.append(f"{blk.waiting} thread(s) wait at the block barrier")
     return (f"block ({bx},{by},{bz}) deadlocked ({blk.waiting} threads waiting at the barrier, "

@@ -23,18 +23,25 @@ its own next value):
     token can carry it). At the releasing step's last token both pickers' answers exist (the
     threads free to run, and all alive threads) and the release bit selects one;
   * a new block needs no writes: `<blk>` resets the PC file (the gate closes), and an unwritten
-    PC reads as 0 with the thread runnable.
+    PC reads as 0 with the thread runnable;
+  * the machine's warp barrier (`<pc wbar>`, blocks of several warps: Kernel.warp_barriers) is
+    the same rule for one warp, with the warp's own generation G in place of the phase: a lane
+    there stores "sync-waiting in generation G" in its PC word; a warp whose every alive lane
+    waits in its current G can run, and the `<w W H G>` that names it next carries the flipped G
+    (each warp's G and whether it is due to flip are kept with its summary), after which its
+    lanes are free at their PCs. G comes with `<w>` into a one-slot register.
 
 Scope (refused by name otherwise, `ControlError`): blocks of up to `threads` threads (4 .. 32:
 one warp; 64 .. 256: several warps, the round robin's `<w W H>` before each `<wi W P H>`), machine
-PCs < 512 or 1024, up to 1024 blocks, barriers of the whole block; no warp-synchronous
-instructions (shfl/vote/match/bar.warp.sync wait for their membermask) yet.
+PCs < 512 or 1024, up to 1024 blocks, barriers of the whole block and (several warps) the
+machine's warp barrier; no PTX warp-synchronous instructions (shfl/vote/match/bar.warp.sync wait
+for their membermask: the lowering turns shfl and vote into staging-array sequences).
 
 Vocabulary:
   prompt   <nt T>  threads per block       <nb N>  blocks in the grid
-           <pa P>  program address          <pc plain|exit|bar> / <pc bra T>: instruction P's
+           <pa P>  program address          <pc plain|exit|bar|wbar> / <pc bra T>: instruction P's
                                             control word (written at the last <pa>)
-  trace    <blk B>  <wi 0 P H>  <g K L>  <d>  <halt>   (<g>'s U and S and every <d>'s content are
+  trace    <blk B>  <w W H G>  <wi W P H>  <g K L>  <d>  <halt>   (<g>'s U and S and every <d>'s content are
            not control: the circuit's tokens drop them, `stream_tokens` maps the oracle's stream)
 
 Layers (as the scheduler places them for Qwen3.5-2B's shapes, 16 threads):
@@ -117,7 +124,7 @@ class ControlUnit(CompiledCircuit):
             if k == "blk":
                 out.append(f"<blk {t[1]}>")
             elif k == "w":
-                out.append(f"<w {t[1]} {t[2]}>")
+                out.append(f"<w {t[1]} {t[2]} {t[3]}>")
             elif k == "wi":
                 out.append(f"<wi {t[1]} {t[2]} {t[3]}>")
             elif k == "g":
@@ -141,8 +148,11 @@ class ControlUnit(CompiledCircuit):
 
 def control_word(ins, nthreads: int, hold: bool = False) -> str:
     """The <pc ..> prompt token of a decoded machine instruction (refused by name: barriers for
-    part of the block, warp-synchronous instructions). hold: the instruction is in Kernel.holds
+    part of the block, warp-synchronous instructions, the warp barrier in a block of one warp,
+    which has no <w> to carry its generation). hold: the instruction is in Kernel.holds
     (after it the same warp takes the next step): `<pc hold>`, a plain instruction."""
+    from gpu_layers.interp.decode import WARP_BARRIER
+
     if hold:
         if ins.kind != "op":
             raise ControlError(f"line {ins.line}: `{ins.text}`: only a plain instruction holds the turn")
@@ -151,6 +161,11 @@ def control_word(ins, nthreads: int, hold: bool = False) -> str:
         return f"<pc bra {ins.target}>"
     if ins.kind == "exit":
         return "<pc exit>"
+    if ins.kind == "bar" and ins.target == WARP_BARRIER:
+        if nthreads <= 32:
+            raise ControlError(f"line {ins.line}: `{ins.text}`: the warp barrier in a block of one warp "
+                               "(the block barrier is the same wait there)")
+        return "<pc wbar>"
     if ins.kind == "bar":
         if ins.target and ins.target != nthreads:
             raise ControlError(f"line {ins.line}: `{ins.text}`: a barrier for part of the block")
@@ -245,11 +260,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     pa_lo = c.input(bits("pa_lo", BANK_BITS), default=0)      # <pa P> / <wi W P H>: P mod 128
     pa_hi = c.input(bits("pa_hi", hib), default=0)              # ... P // 128
     p1 = c.input(bits("p1", pcb), default=0)               # <wi W P H>: P + 1
-    cw = c.input(bits("cw", 3), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar
+    cw = c.input(bits("cw", 4), default=0)                    # <pc ..>: bit 0 bra, 1 exit, 2 bar, 3 wbar
     hold = c.input(bits("hold", 1), default=0)                # <pc hold>: the warp keeps the turn
     tgt = c.input(bits("tgt", pcb), default=0)             # <pc bra T>: T
-    ph = c.input(bits("ph", 1), default=0)                    # <wi W P H> / <w W H>: H
-    ww = c.input(bits("ww", WB), default=0)                   # <wi W P H> / <w W H>: W
+    ph = c.input(bits("ph", 1), default=0)                    # <wi W P H> / <w W H G>: H
+    wg = c.input(bits("wg", 1), default=0)                    # <w W H G>: G
+    ww = c.input(bits("ww", WB), default=0)                   # <wi W P H> / <w W H G>: W
     ww1 = c.input(bits("ww1", WB + 1), default=0)             # <wi W P H>: W + 1
     nb1 = c.input(bits("nb1", BBITS + 1), default=0)          # <blk B>: B + 1
     gk1 = c.input(bits("gk1", 4), default=0)                  # <g K ..>: K + 1
@@ -265,11 +281,13 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     blkreg = B.memory(c, "blkreg", 1, BBITS + 1, 0, 0, nb1, we=hot["blk"]).outputs[0]
     phase_r = B.memory(c, "phase", 1, 1, 0, 0, ph, we=hot["wi"] + hot["w"], reset=hot["blk"]).outputs[0]
     grp = B.memory(c, "grp", 1, 4, 0, 0, gk1, we=hot["g"], reset=hot["wi"] + hot["blk"]).outputs[0]
+    gen_r = B.memory(c, "wgen", 1, 1, 0, 0, wg, we=hot["w"], reset=hot["blk"]).outputs[0]
     phase = phase_r.bit(0)
+    gen = gen_r.bit(0)                    # the warp barrier generation of the warp this token reads
     tval = lsum((1 << i) * nthr.bit(i) for i in range(TB))
 
     # L0 MLP: the group after which the next group is searched, the last block, which warps exist,
-    # several warps (then each step starts with <w W H>)
+    # several warps (then each step starts with <w W H G>)
     later = c.new_field(dual("later", G))       # later[K] = K >= (last issued group + 1)
     last = c.new_field(dual("last", 1))         # B + 1 >= number of blocks
     wexists = c.new_field(dual("wexists", NW))
@@ -285,30 +303,31 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
-    prog = B.banked_memory(c, "prog", pcs, 4 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt, hold],
+    prog = B.banked_memory(c, "prog", pcs, 5 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt, hold],
                            we=hot["pc"]).outputs[0]
 
-    # L2: the issue register: P + 1, P, the control word (bra, exit, bar, target, hold), W + 1, W
-    issue = B.memory(c, "issue", 1, 2 * pcb + 4 + pcb - 1 + 2 * WB + 1, 0, 0,
+    # L2: the issue register: P + 1, P, the control word (bra, exit, bar, wbar, target, hold), W + 1, W
+    issue = B.memory(c, "issue", 1, 2 * pcb + 5 + pcb - 1 + 2 * WB + 1, 0, 0,
                      [[p1, pa_lo, pa_hi, prog, ww1, ww]], we=hot["wi"], reset=hot["blk"]).outputs[0]
     pcur = [issue.bit(pcb + i) for i in range(pcb - 1)]                     # P (9 bits)
     base = 2 * pcb - 1
-    is_bra, is_exit, is_bar = (issue.bit(base + i) for i in range(3))
-    target = [issue.bit(base + 3 + i) for i in range(pcb)]
-    is_hold = issue.bit(base + 3 + pcb)
+    is_bra, is_exit, is_bar, is_wbar = (issue.bit(base + i) for i in range(4))
+    target = [issue.bit(base + 4 + i) for i in range(pcb)]
+    is_hold = issue.bit(base + 4 + pcb)
     cur_issue = [issue.bit(i) for i in range(pcb)]                             # P + 1
-    wbase = base + 4 + pcb
+    wbase = base + 5 + pcb
     wcur = lsum((1 << i) * issue.bit(wbase + i) for i in range(WB + 1))           # W + 1 (0 at a block start)
     wiss = [issue.bit(wbase + WB + 1 + i) for i in range(WB)]                     # W
     wiss_v = lsum((1 << i) * wiss[i] for i in range(WB))
     ww_v = lsum((1 << i) * ww.bit(i) for i in range(WB))
 
     # L2 MLP: the warp whose PCs this token reads (the <w> token's, else the issuing warp's), which
-    # of its lanes exist; each lane's next PC word for a <g> token (PC, exited, waiting, its phase)
-    WEXIT, WWAIT, WGEN = pcb, pcb + 1, pcb + 2
+    # of its lanes exist; each lane's next PC word for a <g> token (PC, exited, waiting at the
+    # block barrier, its phase or generation, waiting at the warp barrier)
+    WEXIT, WWAIT, WGEN, WSYNC = pcb, pcb + 1, pcb + 2, pcb + 3
     sel = c.new_field(bits("selw", WB))
     lexists = c.new_field(dual("lexists", L))
-    npc = [c.new_field(bits(f"npc{j}", pcb + 3)) for j in range(LANES)]
+    npc = [c.new_field(bits(f"npc{j}", pcb + 4)) for j in range(LANES)]
     m2 = MLPBuilder(c, "next_pc")
     isw = hot["w"]
     for i in range(WB):
@@ -323,12 +342,13 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
                                    (2.0 * cur_issue[i] - is_bra - ex - 0.5, 0.5, 1.0)])
         m2.threshold(npc[j], WEXIT, is_exit + ex - 1.5, 0.5)
         m2.threshold(npc[j], WWAIT, is_bar + ex - 1.5, 0.5)
-        m2.threshold(npc[j], WGEN, is_bar + ex + phase - 2.5, 0.5)
+        m2.threshold(npc[j], WSYNC, is_wbar + ex - 1.5, 0.5)
+        m2.boolean(npc[j], WGEN, [(is_bar + ex + phase - 2.5, 0.5, 1.0), (is_wbar + ex + gen - 2.5, 0.5, 1.0)])
     m2.build()
 
     # L3: the PC file (one head per lane, slot = warp) and each warp's cursor (written at <wi>)
     NS = 1 << WB                          # warp slots (a binary address of WB bits)
-    pcf = [B.memory(c, f"pc{lane}", NS, pcb + 3, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
+    pcf = [B.memory(c, f"pc{lane}", NS, pcb + 4, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
                     reset=hot["blk"]).outputs[0] for lane in range(L)]
     cursor = B.memory(c, "cursor", NS, pcb, ww, sel, p1, we=hot["wi"], reset=hot["blk"]).outputs[0]
 
@@ -339,12 +359,15 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     pv = lsum((1 << i) * pcur[i] for i in range(pcb - 1))
 
     def free_terms(t, lin, ph_lin=phase):
-        """[lin > 0 and lane t alive and not waiting in phase ph_lin] as exclusive steps."""
+        """[lin > 0 and lane t alive, not waiting at the block barrier in phase ph_lin, nor at
+        the warp barrier in the warp's generation] as exclusive steps."""
         alive = lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0          # 0 when alive, else <= -1
-        w, g = pcf[t].bit(WWAIT), pcf[t].bit(WGEN)
-        return [(lin + BIG * (alive - w), 0.5, 1.0),
+        w, g, s = pcf[t].bit(WWAIT), pcf[t].bit(WGEN), pcf[t].bit(WSYNC)
+        return [(lin + BIG * (alive - w - s), 0.5, 1.0),
                 (lin + BIG * (alive + w + g - ph_lin - 2.0), 0.5, 1.0),
-                (lin + BIG * (alive + w - g + ph_lin - 2.0), 0.5, 1.0)]
+                (lin + BIG * (alive + w - g + ph_lin - 2.0), 0.5, 1.0),
+                (lin + BIG * (alive + s + g - gen - 2.0), 0.5, 1.0),
+                (lin + BIG * (alive + s - g + gen - 2.0), 0.5, 1.0)]
 
     def alive_terms(t, lin):
         return [(lin + BIG * (lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0), 0.5, 1.0)]
@@ -365,6 +388,11 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     for h in (0, 1):
         for t in range(L):
             m3.boolean(freeh[h], t, free_terms(t, Lin({}, 0.5), Lin({}, float(h))))
+    syncw = c.new_field(dual("syncw", L))      # alive and waiting at the warp barrier in generation G
+    for t in range(L):
+        alive = lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0
+        s, g = pcf[t].bit(WSYNC), pcf[t].bit(WGEN)
+        m3.boolean(syncw, t, [(alive + s + g + gen - 2.5, 0.5, 1.0), (alive + s - g - gen - 0.5, 0.5, 1.0)])
     m3.build()
 
     # L3b MLP: below / after re-digitized. Their steps see pre-activations up to G * 2 pcs / m, at
@@ -384,11 +412,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         return fields[mode, "below"].bit(t) + fields[mode, "after"].bit(t)
 
     # L4 MLP: the lane pickers (u beats t: runnable, lower key, ties to the lower lane), the lanes
-    # at P, the one-warp release bit, this warp's summary (no lane alive; none free in phase h)
+    # at P, the one-warp release bit, this warp's summary (no lane alive; none free in phase h;
+    # its warp barrier releases: every alive lane waits there; its generation G)
     beats = {}
     act = c.new_field(dual("act", L))
     release = c.new_field(dual("release", 1))
-    summ = c.new_field(dual("summary", 3))
+    summ = c.new_field(dual("summary", 5))
     m4 = MLPBuilder(c, "pick")
     for mode in ("run", "all"):
         beats[mode] = c.new_field(bits(f"beats_{mode}", L * (L - 1)))
@@ -403,15 +432,19 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m4.threshold(summ, 0, 0.5 - n_alive, 0.5)
     for h in (0, 1):
         m4.threshold(summ, 1 + h, 0.5 - lsum(freeh[h].bit(t) for t in range(L)), 0.5)
+    n_sync = lsum(syncw.bit(t) for t in range(L))
+    m4.threshold(summ, 3, n_sync - float(L) * (n_alive - n_sync) - 0.5, 0.5)
+    m4.threshold(summ, 4, gen - 0.5, 0.5)
     m4.build()
 
     # L5: every warp's summary, written at every token for the warp this token reads
     wreads = []
     for w in range(NW):
-        wreads.append(B.memory(c, f"wstate{w}", NS, 3, sel, w, summ, reset=hot["blk"]).outputs[0])
+        wreads.append(B.memory(c, f"wstate{w}", NS, 5, sel, w, summ, reset=hot["blk"]).outputs[0])
 
     # L5 MLP: the lane winners; candidate groups; per warp: below / at or after the warp cursor,
-    # free (alive, a lane not waiting in the current phase) or alive; any warp alive; the release
+    # free (alive, a lane not waiting in the current phase, or its warp barrier releases) or
+    # alive; any warp alive; the release
     win = {mode: c.new_field(dual(f"win_{mode}", L)) for mode in ("run", "all")}
     cand = c.new_field(dual("cand", G))
     nphase = c.new_field(bits("nphase", 1))
@@ -433,8 +466,10 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         if mode == "all":
             return [(lin + BIG * (ex - dead - 1.0), 0.5, 1.0)]
         nf0, nf1 = wreads[w].bit(1), wreads[w].bit(2)        # no lane free in phase 0 / 1
+        wrel = wreads[w].bit(3)                              # (then no lane is free)
         return [(lin + BIG * (ex - nf0 - phase - 1.0), 0.5, 1.0),
-                (lin + BIG * (ex - nf1 + phase - 2.0), 0.5, 1.0)]
+                (lin + BIG * (ex - nf1 + phase - 2.0), 0.5, 1.0),
+                (lin + BIG * (ex + wrel - 2.0), 0.5, 1.0)]
 
     for mode in ("run", "all"):
         for w in range(NW):
@@ -476,6 +511,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m7.build()
     nextw = c.new_field(bits("nextw", WB))
     nwphase = c.new_field(bits("nwphase", 1))
+    ngen = c.new_field(bits("ngen", 1))
     wrel = wrelease.bit(0)
     m8 = MLPBuilder(c, "wnext")
     # after an instruction that holds the turn (Kernel.holds: inside a read-modify-write
@@ -485,12 +521,21 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
                    + [(wwin["all"].bit(t) + wrel - is_hold - 1.5, 0.5, 1.0) for t in range(NW) if t >> i & 1]
                    + [(is_hold + wiss[i] - 1.5, 0.5, 1.0)])
     m8.boolean(nwphase, 0, _xor_terms(phase, wrel))
+    # the next warp's generation: its G, flipped when its warp barrier releases (the issuing warp
+    # after a hold: its own, which cannot release right after a plain instruction)
+    gterms = []
+    for t in range(NW):
+        g_t, r_t = wreads[t].bit(4), wreads[t].bit(3)
+        gterms += [(wwin["run"].bit(t) + g_t - r_t - wrel - is_hold - 1.5, 0.5, 1.0),
+                   (wwin["run"].bit(t) - g_t + r_t - wrel - is_hold - 1.5, 0.5, 1.0),
+                   (wwin["all"].bit(t) + g_t + wrel - is_hold - 2.5, 0.5, 1.0)]
+    m8.boolean(ngen, 0, gterms + [(is_hold + gen - 1.5, 0.5, 1.0)])
     m8.build()
 
     return SimpleNamespace(threads=threads, pcs=pcs, pcb=pcb, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
                            pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
                            issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
-                           nextw=nextw, nwphase=nwphase, nextpc=nextpc, nphase=nphase, sel=sel,
+                           nextw=nextw, nwphase=nwphase, ngen=ngen, nextpc=nextpc, nphase=nphase, sel=sel,
                            nextg=nextg, act=act, cand=cand, ww=ww, wiss=wiss)
 
 
@@ -499,7 +544,7 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     blk_inputs(b): more inputs of the <blk b> token (a datapath's)."""
     K = f.kinds.index
     pcs, pcb = f.pcs, f.pcb
-    hot, blkreg, last, nextw, nwphase = f.hot, f.blkreg, f.last, f.nextw, f.nwphase
+    hot, blkreg, last, nextw, nwphase, ngen = f.hot, f.blkreg, f.last, f.nextw, f.nwphase, f.ngen
     nextpc, nphase, sel, isw, WB, NW, threads = f.nextpc, f.nphase, f.sel, f.isw, f.WB, f.NW, f.threads
     S = blkreg.present(0)                 # a block has started
     R = f.anyrun.bit(0)                   # some thread of the block is alive
@@ -514,6 +559,8 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     c.token("<pc exit>", kind=K("pc"), cw=2)
     c.token("<pc bar>", kind=K("pc"), cw=4)
     c.token("<pc hold>", kind=K("pc"), cw=0, hold=1)
+    if NW > 1:
+        c.token("<pc wbar>", kind=K("pc"), cw=8)
     for p in range(pcs):
         c.token(f"<pc bra {p}>", kind=K("pc"), cw=1, tgt=p)
     for b in range(MAX_BLOCKS):
@@ -528,10 +575,11 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     c.logit("<halt>", 100.0 * S + 50.0 * (1.0 - R) + 10.0 * last.bit(0) + float(BBITS + 1))
     for w in range(NW):
         for h in (0, 1):
-            name = f"<w {w} {h}>"
-            c.token(name, kind=K("w"), ww=w, ph=h)
-            c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * M - 30.0 * isw + _match(w, nextw, WB)
-                    + (1.0 if h else -1.0) * nwphase.pm(0))
+            for g in (0, 1):
+                name = f"<w {w} {h} {g}>"
+                c.token(name, kind=K("w"), ww=w, ph=h, wg=g)
+                c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * M - 30.0 * isw + _match(w, nextw, WB)
+                        + (1.0 if h else -1.0) * nwphase.pm(0) + (1.0 if g else -1.0) * ngen.pm(0))
         for p in range(pcs):
             for h in (0, 1):
                 name = f"<wi {w} {p} {h}>"

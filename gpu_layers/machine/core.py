@@ -237,15 +237,13 @@ def machine_kernel(kernel, grid, block, args=()):
 
 def _check_several_warps(kernel, nthreads: int):
     """Refuse, by name, what the lowering makes a sequence of steps that would not stay exact
-    with other warps' steps between them (word_memory.several_warps_problem; warp_exchange:
-    shuffles and votes wait for their warp, which the core does with a block barrier)."""
-    from gpu_layers.machine import warp_exchange, word_memory
+    with other warps' steps between them (word_memory.several_warps_problem; warp exchanges wait
+    with the machine's warp barrier and stay exact)."""
+    from gpu_layers.machine import word_memory
 
     regbits = {n: TYPE_BITS[d.type] for d in kernel.regs for n in d.names}
     for ins in kernel.instructions:
         why = word_memory.several_warps_problem(ins, regbits)
-        if why is None and warp_exchange.needs(ins):
-            why = "a warp exchange (it goes through shared memory after a block barrier)"
         if why is not None:
             raise CoreError(
                 f"line {ins.line}: `{ins}` in a block of {nthreads} threads ({-(-nthreads // 32)} warps): "
@@ -377,7 +375,7 @@ def stream_tokens(tokens) -> list[str]:
         if k == "blk":
             out.append(f"<blk {t[1]}>")
         elif k == "w":
-            out.append(f"<w {t[1]} {t[2]}>")
+            out.append(f"<w {t[1]} {t[2]} {t[3]}>")
         elif k == "wi":
             out.append(f"<wi {t[1]} {t[2]} {t[3]}>")
         elif k == "g":

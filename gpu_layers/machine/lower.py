@@ -117,10 +117,10 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         var, frame, em.local_size = frames
         em.regbits[word_memory.LANE_FRAME] = 32
         word_memory.frame_prologue(em, frame)
-    stage = warp_exchange.staging(kernel) if one_warp else None
+    stage = warp_exchange.staging(kernel, warps) if one_warp else None
     if stage:                               # shuffles: a staging array in shared memory
         em.regbits[warp_exchange.EPOCH] = 64
-        em.stage_address = warp_exchange.stage_address(kernel, [frames[0]] if frames else [])
+        em.stage_address = warp_exchange.stage_address(kernel, [frames[0]] if frames else [], warps)
         warp_exchange.prologue(em)
     starts = []
     for i, ins in enumerate(kernel.instructions):
@@ -153,7 +153,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         kvars.append(stage)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns,
-                  holds=frozenset(em.holds))
+                  holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers))
     validate(in_own_module(out, kernel).module, out.name)
     if stage:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
@@ -175,6 +175,7 @@ class _Emitter:
         self.one_warp = one_warp
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
+        self.warp_barriers = set()  # indices of the machine's warp barriers (Kernel.warp_barriers)
         self.code = []
         self.labels = {}
         self.count = {w: 0 for w in _TMP}

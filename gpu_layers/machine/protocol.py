@@ -7,7 +7,8 @@ groups of `lanes` consecutive lanes that hold an active thread, in lane order. E
 token, so each token names what it carries):
 
     <blk B>            block B starts (blocks run in order)
-    <w W H>            (blocks of several warps only) warp W takes the next step, H as in <wi>
+    <w W H G>          (blocks of several warps only) warp W takes the next step, H as in <wi>;
+                       G = the warp's barrier generation (its warp barrier's releases mod 2)
     <wi W P H>         warp W issues the instruction at machine PC P; H = the block's barrier
                        phase before this step (it flips after a step that releases a barrier)
     <g K L U S>        lane group K of that issue: L = 2 bits per lane (lane j at bits 2j, 2j+1):
@@ -28,9 +29,12 @@ arrives (or the last one not waiting exits) every waiting thread is released at 
 changes every waiting thread's state, and the phase is a state that computes its own next value,
 so the token after the releasing step carries the new phase and nothing else is rewritten.
 
-Why <w W H> in blocks of several warps: the warps take turns (round robin over the warps that can
-run); which warp is next depends on every warp's threads, known only above the PC file, while
+Why <w W H G> in blocks of several warps: the warps take turns (round robin over the warps that
+can run); which warp is next depends on every warp's threads, known only above the PC file, while
 reading the next warp's PCs needs the warp below it: one token names the warp, the next one the PC.
+G is H for the machine's warp barrier (Kernel.warp_barriers, before a warp exchange in such
+blocks): a thread waits in its warp's generation, and the step after which every thread of the
+warp that has not exited waits releases them all, so that warp's next <w> carries the flipped G.
 
 Why L names issued lanes and not only executed ones: every issued lane's PC moves (to PC + 1, or
 to the target when taken), and which lanes were issued depends on their old PCs; a DeltaNet memory
@@ -104,7 +108,7 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             state["phase"] = 0
             toks.append(("blk", W.block_id))
         if len(W.block.warps) > 1:
-            toks.append(("w", W.index, state["phase"]))
+            toks.append(("w", W.index, state["phase"], W.wgen))
         toks.append(("wi", W.index, pc, state["phase"]))
         dcols = cols.get(pc)
         if dcols is None:
@@ -261,7 +265,9 @@ def describe(tok) -> str:
     if k == "blk":
         return f"<blk {tok[1]}>        block {tok[1]} starts"
     if k == "w":
-        return f"<w {tok[1]} {tok[2]}>        warp {tok[1]} takes the next step (barrier phase {tok[2]})"
+        g = tok[3] if len(tok) > 3 else 0
+        return (f"<w {tok[1]} {tok[2]} {g}>      warp {tok[1]} takes the next step (barrier phase {tok[2]}, "
+                f"warp barrier generation {g})")
     if k == "wi":
         ph = tok[3] if len(tok) > 3 else 0
         return f"<wi {tok[1]} {tok[2]} {ph}>    warp {tok[1]} issues machine instruction {tok[2]} (barrier phase {ph})"

@@ -79,6 +79,7 @@ def rematerialize_constants(kernel):
                   calls=[(new_index[c], landing[e], landing[r]) for c, e, r in kernel.calls],
                   returns=frozenset(new_index[i] for i in kernel.returns),
                   holds=frozenset(new_index[i] for i in kernel.holds),
+                  warp_barriers=frozenset(new_index[i] for i in kernel.warp_barriers),
                   directives=list(kernel.directives), regs=list(kernel.regs), vars=list(kernel.vars))
     validate(in_own_module(out, kernel).module, out.name)
     return out, sum(len(v) for v in inserts.values())

@@ -21,6 +21,13 @@ shuffle becomes:
      slots); a lane of an older epoch (exited) does not count, as in the interpreter's vote over
      the executing lanes.
 
+In a block of several warps (`lower(warps=W)`, W > 1) the block barrier would wait for the
+other warps, which may never come: the wait in step 1 is the machine's warp barrier instead
+(`bar.warp.sync -1` at an index in Kernel.warp_barriers: the block barrier's rule for the
+threads of one warp, interp/machine.py), the membermask must name every thread of the warp,
+the staging array has 32 slots per warp (slot = %tid.x) and a vote reads its own warp's slots.
+Another warp's steps may run between the sequence's steps; they touch only their own slots.
+
 Stricter than the original in one case only, and by raising: a lane whose value is undefined
 raises at its store even when no lane reads it (a store's value is observable).
 """
@@ -45,18 +52,41 @@ def needs(ins) -> bool:
     return ins.opcode in ("shfl", "vote")
 
 
-def staging(kernel):
-    """The staging array's VarDecl when the kernel shuffles or votes, else None."""
+def staging(kernel, warps: int = 1):
+    """The staging array's VarDecl (32 slots per warp of the block) when the kernel shuffles or
+    votes, else None."""
     if not any(needs(i) for i in kernel.instructions):
         return None
-    return VarDecl("shared", STAGE, "b8", 0, align=8, array=[32 * 8])
+    return VarDecl("shared", STAGE, "b8", 0, align=8, array=[32 * warps * 8])
 
 
 def prologue(em):
     """Epoch 0, and this lane's slot written (epoch 0: no exchange yet), so a vote reads a
     defined slot for a lane that exits before it."""
     em.emit(f"mov.b64 {EPOCH}, 0")
-    em.emit(f"st.shared.u64 [{_slot(em, '%laneid')}], {EPOCH}")
+    em.emit(f"st.shared.u64 [{_slot(em, _me(em))}], {EPOCH}")
+
+
+def _me(em) -> str:
+    """This thread's slot index: %laneid in one warp (the datapath reads it as the thread
+    index), %tid.x in a block of several warps (32 slots per warp). Operand a only."""
+    return "%laneid" if em.warps == 1 else "%tid.x"
+
+
+def _lane(em) -> str:
+    """The thread's lane in its warp, as an operand a: %laneid (one warp) or a register."""
+    if em.warps == 1:
+        return "%laneid"
+    lane = em.tmp(32)
+    em.emit(f"and.b32 {lane}, %tid.x, 31")
+    return lane
+
+
+def _warp_first(em) -> str:
+    """A register holding the slot index of lane 0 of this thread's warp (several warps)."""
+    first = em.tmp(32)
+    em.emit(f"and.b32 {first}, %tid.x, -32")
+    return first
 
 
 def expand(em, ins):
@@ -71,13 +101,22 @@ def expand(em, ins):
 
 def _arrive(em, value, mask):
     """Steps 1-3: the barrier, the membermask check, this lane's slot = value | epoch << 32."""
-    em.emit("bar.sync 0")
+    if em.warps == 1:
+        em.emit("bar.sync 0")
+    else:                            # the machine's warp barrier: this warp's threads only
+        em.warp_barriers.add(len(em.code))
+        em.emit("bar.warp.sync -1")
     known = _known(em, mask)
     if known is not None:            # (its register's mov may not be emitted: folded_constants)
         mask = known
     if known != FULL:                # a full mask names every thread: no check
-        bm = em.tmp(32)              # the membermask names every thread of the block:
-        em.emit(f"shl.b32 {bm}, 1, %ntid.x")        # (mask | ~((1 << ntid) - 1)) == ~0 (ntid 32: 0)
+        bm = em.tmp(32)              # the membermask names every thread of the block (warp):
+        if em.warps == 1:            # (mask | ~((1 << n) - 1)) == ~0 (n >= 32: shl gives 0)
+            em.emit(f"shl.b32 {bm}, 1, %ntid.x")
+        else:                        # n = ntid - 32 W: the warp's threads
+            n = _warp_first(em)
+            em.emit(f"sub.u32 {n}, %ntid.x, {n}")
+            em.emit(f"shl.b32 {bm}, 1, {n}")
         em.emit(f"sub.u32 {bm}, {bm}, 1")
         em.emit(f"not.b32 {bm}, {bm}")
         em.emit(f"or.b32 {bm}, {bm}, {mask}")
@@ -85,7 +124,7 @@ def _arrive(em, value, mask):
         em.emit(f"setp.ne.u32 {bad}, {bm}, -1")
         fault_where(em, bad, bm)
     em.emit(f"add.u64 {EPOCH}, {EPOCH}, {EPOCH_ONE}")
-    slot = _slot(em, "%laneid")
+    slot = _slot(em, _me(em))
     em.emit(f"st.shared.u64 [{slot}], {EPOCH}")     # the epoch's high word, then the value's low one
     em.emit(f"st.shared.u32 [{slot}], {value}")
 
@@ -142,15 +181,27 @@ def _vote(em, ins):
     yes, no = {"all": (0, 1), "uni": (1, 2)}.get(mode, (1, 0))
     em.emit(f"selp.b32 {word}, {yes}, {no}, {p}")
     if mode == "ballot":
-        lane = em.tmp(32)
-        em.emit(f"mov.u32 {lane}, %laneid")
+        if em.warps == 1:
+            lane = em.tmp(32)
+            em.emit(f"mov.u32 {lane}, %laneid")
+        else:
+            lane = _lane(em)
         em.emit(f"shl.b32 {word}, {word}, {lane}")
     _arrive(em, word, mask)
     acc, at, end = em.tmp(64), em.tmp(32), em.tmp(32)
     em.emit(f"mov.b64 {acc}, 0")
-    em.emit(f"mov.u32 {at}, 0")                      # the slot's offset: 8 x lane
-    em.emit(f"mov.u32 {end}, %ntid.x")
-    em.emit(f"shl.b32 {end}, {end}, 3")
+    if em.warps == 1:
+        em.emit(f"mov.u32 {at}, 0")                  # the slot's offset: 8 x lane
+        em.emit(f"mov.u32 {end}, %ntid.x")
+        em.emit(f"shl.b32 {end}, {end}, 3")
+    else:                                            # this warp's slots: 8 x (32 W .. 32 W + 31)
+        em.emit(f"and.b32 {at}, %tid.x, -32")
+        em.emit(f"shl.b32 {at}, {at}, 3")
+        em.emit(f"mov.u32 {end}, %ntid.x")
+        em.emit(f"shl.b32 {end}, {end}, 3")
+        top = em.tmp(32)
+        em.emit(f"add.u32 {top}, {at}, 256")
+        em.emit(f"min.u32 {end}, {end}, {top}")
     top = em.label()
     em.place(top)
     got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
@@ -180,6 +231,7 @@ def _shfl(em, ins):
     d, p = (dst.first, dst.second) if isinstance(dst, Pair) else (dst, None)
     t32 = lambda: em.tmp(32)           # noqa: E731
     _arrive(em, a, mask)
+    me = _lane(em)                     # the lane in the warp (operand a)
     # the source lane j and pval (PTX ISA shfl.sync; interp/decode.py _shfl); with b and c known
     # when lowering, their fields are immediates and a segment of 0 drops its terms
     kb, kc = _known(em, b), _known(em, c)
@@ -201,7 +253,7 @@ def _shfl(em, ins):
         minl, maxl = 0, cval
     else:
         minl, maxl = t32(), t32()
-        em.emit(f"and.b32 {minl}, %laneid, {seg}")
+        em.emit(f"and.b32 {minl}, {me}, {seg}")
         if kc is not None:
             em.emit(f"or.b32 {maxl}, {minl}, {cval & nseg}")
         else:
@@ -209,21 +261,25 @@ def _shfl(em, ins):
             em.emit(f"or.b32 {maxl}, {maxl}, {minl}")
     j, out = t32(), em.tmp(1)          # out: not pval (the lane reads itself)
     if mode == "up":
-        em.emit(f"sub.u32 {j}, %laneid, {bval}")
+        em.emit(f"sub.u32 {j}, {me}, {bval}")
         em.emit(f"setp.lt.s32 {out}, {j}, {maxl}")
     else:
         if mode == "down":
-            em.emit(f"add.u32 {j}, %laneid, {bval}")
+            em.emit(f"add.u32 {j}, {me}, {bval}")
         elif mode == "bfly":
-            em.emit(f"xor.b32 {j}, %laneid, {bval}")
+            em.emit(f"xor.b32 {j}, {me}, {bval}")
         elif isinstance(bval, int) and isinstance(nseg, int):
             em.emit(f"or.b32 {j}, {minl}, {bval & nseg}" if seg else f"mov.u32 {j}, {bval}")
         else:
             em.emit(f"and.b32 {j}, {nseg}, {bval}")
             em.emit(f"or.b32 {j}, {j}, {minl}")
         em.emit(f"setp.gt.s32 {out}, {j}, {maxl}")
-    src = t32()                        # (%laneid is operand a: the core reads specials there)
-    em.emit(f"selp.b32 {src}, %laneid, {j}, {out}")
+    src = t32()                        # (the lane is operand a: the core reads specials there)
+    em.emit(f"selp.b32 {src}, {me}, {j}, {out}")
+    if em.warps > 1:                   # the source's slot: 32 W + its lane
+        first = _warp_first(em)
+        em.emit(f"add.u32 {first}, {first}, {src}")
+        src = first
     v, ok = _read(em, src)
     fault_where(em, f"!{ok}", src)                   # the lane read did not take part: fault
     if not isinstance(d, Sink):
@@ -232,13 +288,13 @@ def _shfl(em, ins):
         em.emit(f"not.pred {p}, {out}")              # (a predicate nothing reads is not written)
 
 
-def stage_address(kernel, vars_before) -> int:
+def stage_address(kernel, vars_before, warps: int = 1) -> int:
     """The staging array's shared address in the lowered kernel, whose variables are the kernel's,
     then `vars_before`, then the staging array (interp/decode.py make_layout): a slot is then
     `[lane * 8 + address]`, one instruction."""
     from gpu_layers.interp.decode import make_layout
 
-    k = replace(kernel, vars=list(kernel.vars) + list(vars_before) + [staging(kernel)])
+    k = replace(kernel, vars=list(kernel.vars) + list(vars_before) + [staging(kernel, warps)])
     return make_layout(k).shared[STAGE]
 
 

@@ -186,6 +186,10 @@ class Kernel:
     # machine code only (gpu_layers/machine/word_memory.py): indices of instructions after which
     # the same warp takes the next step (a read-modify-write sequence no other warp may split)
     holds: frozenset = frozenset()
+    # machine code only (gpu_layers/machine/warp_exchange.py): indices of `bar.warp.sync -1`
+    # instructions that are the machine's warp barrier (interp/machine.py: the block barrier's
+    # rule for the threads of one warp) instead of PTX's warp-synchronous bar.warp.sync
+    warp_barriers: frozenset = frozenset()
     module: object = field(default=None, repr=False, compare=False)   # the enclosing Module
 
     def reg_types(self) -> dict:
