@@ -342,3 +342,33 @@ def test_spin_locks_in_blocks_of_two_warps_match_the_original(cases, name):
     for i, arg in enumerate(c.args):
         if arg.is_buffer and arg.output:
             assert a.buffers[i].tobytes() == b.buffers[i].tobytes(), (name, i)
+
+
+def test_generic_accesses_of_global_buffers_run_as_global_ones():
+    """Inline asm's generic pointers (a buffer's generic address is its global one): generic ld,
+    st and red become .global when nothing makes a generic shared or local address, and compute
+    what the original computes; with a cvta.shared in the kernel they stay generic (the memory
+    unit refuses them by name)."""
+    from gpu_layers.machine.lower import generic_as_global
+    from gpu_layers.machine.memory_map import MemoryMapError, memory_ops
+
+    body = """\tld.param.u64 \t%rd4, [inp];
+\tadd.s64 \t%rd5, %rd4, %rd2;
+\tld.u32 \t%r1, [%rd5];
+\tld.param.u64 \t%rd6, [out];
+\tadd.s64 \t%rd7, %rd6, %rd2;
+\tst.u32 \t[%rd7], %r1;
+\tand.b32 \t%r2, %r100, 3;
+\tmul.wide.u32 \t%rd10, %r2, 4;
+\tadd.s64 \t%rd11, %rd6, %rd10;
+\tred.add.u32 \t[%rd11+128], %r1;
+"""
+    out = _same(body, n_out=64)
+    assert out[32:36].any()
+    k = generic_as_global(_kernel(body))
+    assert [i.name for i in k.instructions if i.opcode in ("ld", "st", "red") and "param" not in i.modifiers] \
+        == ["ld.global.u32", "st.global.u32", "red.global.add.u32"]
+    shared = _kernel("\tmov.u64 \t%rd12, sh;\n\tcvta.shared.u64 \t%rd12, %rd12;\n" + body)
+    assert generic_as_global(shared) is shared
+    with pytest.raises(MemoryMapError, match="a generic address"):
+        memory_ops(allocate(lower(shared, one_warp=True))[0])

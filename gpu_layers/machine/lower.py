@@ -109,6 +109,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     problems = machine_problems(kernel)
     if problems:
         raise UnsupportedPTX(problems)
+    kernel = generic_as_global(kernel)
     em = _Emitter(kernel, one_warp)
     em.warps = warps
     em.cvt_routines = cvt_routines
@@ -160,6 +161,30 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
 
         assert make_layout(out).shared[warp_exchange.STAGE] == em.stage_address
     return out
+
+
+_SPACES = ("global", "shared", "local", "param", "const")
+
+
+def generic_as_global(kernel: Kernel) -> Kernel:
+    """Generic ld/st/atom/red as .global accesses when nothing in the kernel makes a generic
+    address of shared or local memory (cvta.shared / cvta.local to generic): a generic address
+    is then a global buffer's (interp/memory.py: global addresses are generic addresses, as
+    nvcc's inline-asm pointers are) or no valid address, where both fault. (A shared-window
+    address reached by arithmetic alone would fault here where the original reads shared
+    memory: stricter, by raising.) The kernel itself when there is nothing to change."""
+    code = kernel.instructions
+    if any(i.opcode == "cvta" and "to" not in i.modifiers for i in code):
+        return kernel
+    out, changed = [], False
+    for ins in code:
+        if (ins.opcode in ("ld", "st", "atom", "red") and not any(m in _SPACES for m in ins.modifiers)
+                and ins.name == ".".join((ins.opcode,) + tuple(ins.modifiers) + tuple(ins.types))):
+            mods = ("global",) + tuple(ins.modifiers)
+            ins = replace(ins, modifiers=mods, name=".".join((ins.opcode,) + mods + tuple(ins.types)))
+            changed = True
+        out.append(ins)
+    return replace(kernel, instructions=out) if changed else kernel
 
 
 # ----------------------------------------------------------------------------------- emitter
