@@ -129,7 +129,7 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
     token, and the outputs decoded from the generated tokens alone equal the original kernel's
     on the reference interpreter. scan_inclusive_i32: global and shared memory, barriers, two
     blocks (shared memory starts unwritten in each); reduce_sum_i32: the same with two warps per
-    block (the round robin's <w W H>, barriers across warps)."""
+    block (the round robin's <w W H G>, barriers across warps)."""
     fm, ids = core
     c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
@@ -144,7 +144,7 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
 def test_core_runs_atomics_that_hold_the_turn_in_a_block_of_two_warps(core):
     """48 threads claim list slots with atomic adds (tests/test_word_memory.claim_kernel): two
     warps, each atomic 32 turns (one per lane of the warp) written out, holding the turn (`<pc
-    hold>`: the control unit names the same warp again in `<w W H>`). The model generates the
+    hold>`: the control unit names the same warp again in `<w W H G>`). The model generates the
     trace and the dump; the lists come out in the original kernel's order."""
     from gpu_layers.machine.core import machine_kernel
     from tests.test_word_memory import claim_kernel
@@ -160,6 +160,29 @@ def test_core_runs_atomics_that_hold_the_turn_in_a_block_of_two_warps(core):
     dec = MM.decode_dump(got, lay, {0: args[0], 1: args[1]})
     ref = launch(k, (1, 1, 1), (48, 1, 1), [a.copy() for a in args])
     assert dec[0].tobytes() == ref.buffers[0].tobytes() and dec[1].tolist() == [24, 24]
+
+
+def test_core_runs_warp_exchanges_in_a_block_of_two_warps(core):
+    """40 threads (a full warp and 8 lanes) shuffle three times and vote once after a divergent
+    loop (lanes arrive apart; one lane of the second warp exits instead of coming, which releases
+    the others): each exchange waits at the machine's warp barrier (`<pc wbar>`; its releases flip
+    the warp's G in `<w W H G>`). The model generates the trace and the dump; the outputs equal
+    the original kernel's."""
+    from gpu_layers.machine.core import machine_kernel
+    from gpu_layers.nvcc import compile_cuda
+    from tests.test_machine_control import WSYNC
+
+    fm, ids = core
+    k = module_for(compile_cuda(WSYNC)).kernel("wsync")
+    args = [((np.arange(40) * 7919) % 23).astype(np.int32), np.zeros(64, dtype=np.int32)]
+    mk, grid, block = machine_kernel(k, (1, 1, 1), (40, 1, 1), args)
+    prompt, want, lay, _ = launch_tokens(mk, grid, block, args, [1])
+    assert prompt.count("<pc wbar>") == 4 and {t for t in want if t.startswith("<w ")} >= {"<w 1 0 1>"}
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    dec = MM.decode_dump(got, lay, {1: args[1]})
+    ref = launch(k, (1, 1, 1), (40, 1, 1), [a.copy() for a in args])
+    assert dec[1].tobytes() == ref.buffers[1].tobytes()
 
 
 def _register_snapshots(c, mk, args, lay, slots):

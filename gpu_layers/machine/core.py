@@ -556,9 +556,10 @@ def core_circuit() -> Circuit:
                 m.boolean(ra[p], 5 + i, _first_terms(cand, G, ks))
     for i in range(WBITS_W):
         m.threshold(tidk, GBITS + i, wiss[i] + a_tid - 1.5, 0.5)
-    # nothing executes at <w W H> (its lanes are another warp's, read for the warp picker)
+    # nothing executes at <w W H G> (its lanes are another warp's, read for the warp picker: up to
+    # all G of its groups can look like candidates there, so <w> outweighs them all)
     m.threshold(has_next, 0, lsum(cand.bit(k) for k in range(G)) + 4.0 * f.issue.present(0)
-                - 4.0 * hot["w"] - 4.5, 0.5)
+                - (G + 4.0) * hot["w"] - 4.5, 0.5)
     for p, base in (("a", 0), ("b", 5), ("q", None)):
         for i in range(5):
             m.threshold(ra[p], i, (pq.bit(i) if base is None else ps.bit(base + i)) - 0.5, 0.5)
