@@ -145,7 +145,7 @@ extern "C" __global__ void pairs(const int* a, int* out) {
 
 def test_several_warps_round_robin():
     """Blocks of 40 threads (a full warp and a partial one) meeting at two barriers: the unit for
-    64 threads predicts every <w W H> (the warps' round robin), <wi W P H>, <g> and <blk>/<halt>.
+    64 threads predicts every <w W H G> (the warps' round robin), <wi W P H>, <g> and <blk>/<halt>.
     Through the fast executor (tested token for token against stock transformers above): the stock
     model at this width is several GB of mostly-zero weights."""
     from gpu_layers.nvcc import compile_cuda

@@ -47,3 +47,36 @@ def test_rematerialized_kernel_fits_and_computes_the_same():
     got = launch(mk, 1, 32, [np.zeros(32, np.uint32)]).buffers[0]
     assert want.tobytes() == got.tobytes()
     launch_tokens(mk, grid, block, [np.zeros(32, np.uint32)], [0])   # the core accepts it
+
+
+def test_invariants_are_single_writes_of_constants_parameters_fixed_specials_and_pure_chains():
+    from gpu_layers.machine.remat import chain, invariants
+
+    body = ["\tld.param.u64 \t%rd1, [out];", "\tcvta.to.global.u64 \t%rd3, %rd1;",
+            "\tmov.u32 \t%r100, %tid.x;", "\tshl.b32 \t%r101, %r100, 2;", "\tcvt.u64.u32 \t%rd2, %r101;",
+            "\tadd.s64 \t%rd9, %rd3, %rd2;", "\tld.global.u32 \t%r102, [%rd3];", "\tadd.u32 \t%r103, %r100, 1;",
+            "\tadd.u32 \t%r103, %r103, 1;", "\tst.global.u32 \t[%rd9], %r102;", "\tst.global.u32 \t[%rd9+4], %r103;",
+            "\tret;"]
+    k = lower(parse_ptx(kernel_ptx("\n".join(body) + "\n")).kernel(), one_warp=True)
+    inv = invariants(k)
+    assert {"%rd1", "%rd3", "%r100", "%r101", "%rd2", "%rd9"} <= set(inv)
+    assert "%r102" not in inv and "%r103" not in inv          # loaded from memory; written twice
+    text = [str(k.instructions[i]) for i in chain(inv, ["%rd9"])]
+    assert text[-1].startswith("add.s64 %rd9") and len(text) == 6   # operands first
+
+
+def test_a_kernel_over_the_register_file_fits_by_computing_invariants_again():
+    """f64_reduce (two warps, f64 routines, a warp reduction) needs 36 slots as lowered: its
+    pointers, block offset and length are computed again where they are read (fewer copies than
+    after each of the calls they are live across), so it fits the 32 slots and the 1,024 PCs, and
+    computes what the original computes."""
+    from gpu_layers.interp import launch_args, module_for
+    from gpu_layers.suite import load_suite
+
+    c = {c.name: c for c in load_suite()}["f64_reduce"]
+    k = module_for(c.ptx()).kernel(c.kernel)
+    mk, grid, block = machine_kernel(k, c.grid, c.block, launch_args(c))
+    assert _slots_needed(mk) <= REGS and len(mk.instructions) <= 1024
+    want = launch(k, c.grid, c.block, launch_args(c)).buffers
+    got = launch(mk, grid, block, launch_args(c)).buffers
+    assert all(a is None or a.tobytes() == b.tobytes() for a, b in zip(want, got))

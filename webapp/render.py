@@ -265,9 +265,9 @@ LAYER_MAP = [     # the machine core's 20 layers as scheduled for Qwen3.5-2B's s
                                 "8 banks per field (control words, operands, predicates, immediates), the "
                                 "issue register (the <wi W P H> token's PC and control word), the next PCs"),
     ("3-5", "PC file", "one head per lane of a warp (32), a slot per warp: each thread's PC, exited, waiting "
-                       "and phase; each warp's cursor"),
+                       "(block or warp barrier) and phase; each warp's cursor"),
     ("5-9", "Pick the next step", "the cursor rule (the lowest PC at or after the cursor), re-digitized, the "
-                                  "warps' round robin (<w W H>), the write-back's chunk buffers and commit, the "
+                                  "warps' round robin (<w W H G>), the write-back's chunk buffers and commit, the "
                                   "executing lane group"),
     ("10-13", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in four "
                                "banks of heads (two per warp); the immediate and %tid / %ctaid gated in"),

@@ -32,7 +32,7 @@ its own next value):
     lanes are free at their PCs. G comes with `<w>` into a one-slot register.
 
 Scope (refused by name otherwise, `ControlError`): blocks of up to `threads` threads (4 .. 32:
-one warp; 64 .. 256: several warps, the round robin's `<w W H>` before each `<wi W P H>`), machine
+one warp; 64 .. 256: several warps, the round robin's `<w W H G>` before each `<wi W P H>`), machine
 PCs < 512 or 1024, up to 1024 blocks, barriers of the whole block and (several warps) the
 machine's warp barrier; no PTX warp-synchronous instructions (shfl/vote/match/bar.warp.sync wait
 for their membermask: the lowering turns shfl and vote into staging-array sequences).
@@ -46,10 +46,12 @@ Vocabulary:
 
 Layers (as the scheduler places them for Qwen3.5-2B's shapes, 16 threads):
   L0 mixer  the prompt registers (address, launch), the block register (B + 1), the phase
-            register (H), the group register (the last issued group K + 1, reset by <wi>)
+            register (H), the generation register (G of <w W H G>), the group register (the last
+            issued group K + 1, reset by <wi>)
   L1 mixer  program memory (4 banks of 128 control words), read at <wi>'s P
   L2 mixer  the issue register: P, P + 1, the control word (written at <wi>)
-  L2 MLP    each lane's next PC word for a <g> token: PC, exited, waiting, the phase it waits in
+  L2 MLP    each lane's next PC word for a <g> token: PC, exited, waiting at the block barrier or
+            at the warp barrier, the phase or generation it waits in
   L3 mixer  the PC file: one head per thread (slot 0), written at <g> where the lane was issued
   L3-L6 MLP free to run / alive, below/at-or-above the cursor, at P; two pairwise pickers (the
             lowest PC at or after the cursor, else the lowest: among the free threads, and among

@@ -48,16 +48,17 @@ then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered, in
 blocks of one warp so that vectors, sub-word accesses and atomics are scalar word accesses,
 allocated): blocks of up to 64 threads, two warps of 8 lane groups taking turns by the
-interpreter's round robin (the control unit's `<w W H>` before each `<wi W P H>`; the register
+interpreter's round robin (the control unit's `<w W H G>` before each `<wi W P H>`; the register
 file in 2 x 2 banks per lane and port, bank 2 W + K // 4; %tid.x = 32 W + 4 K' + lane; the
 warp of a pending group is kept with its state, since an issue's last group commits at the next
-issue's `<wi>`, and nothing executes at `<w>`), programs of up to 1,024 machine
+issue's `<wi>`, and nothing executes at `<w>`; warp exchanges wait at the machine's warp
+barrier, `<pc wbar>`), programs of up to 1,024 machine
 instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
 (registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 20 layers, W 19,418, 100,443 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
+For Qwen3.5-2B's shapes: 20 layers, W 19,586, 100,448 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
 about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
@@ -86,7 +87,7 @@ from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
 GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
-WARPS = 2                      # warps of a block (round robin, the control unit's <w W H>)
+WARPS = 2                      # warps of a block (round robin, the control unit's <w W H G>)
 THREADS = LANES * GROUPS * WARPS
 GBITS = GROUPS.bit_length() - 1
 WBITS_W = (WARPS - 1).bit_length()     # bits of a warp index
@@ -200,9 +201,10 @@ def machine_kernel(kernel, grid, block, args=()):
     (blocks of one warp: memory instructions as scalar word accesses, gpu_layers.machine.
     word_memory; shuffles and votes through shared memory, gpu_layers.machine.warp_exchange: their
     sequences are atomic only when no other warp runs between their steps) and register-allocated;
-    when that needs more register-file slots than there are, constants live across float routines'
-    calls are written again after each call (gpu_layers.machine.remat) and the kernel allocated
-    again; when the code is longer than the program memory (PCS), the float conversions become
+    when that needs more register-file slots than there are, invariants live across float
+    routines' calls (constants, parameters, %tid.x and short pure chains of them, the shortest
+    first) are computed again after each call (gpu_layers.machine.remat) and the kernel
+    allocated again; when the code is longer than the program memory (PCS), the float conversions become
     calls of routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
@@ -210,7 +212,7 @@ def machine_kernel(kernel, grid, block, args=()):
     from gpu_layers.machine.flatten import flatten_launch, launch_constants
     from gpu_layers.machine.lower import lower
     from gpu_layers.machine.regalloc import allocate
-    from gpu_layers.machine.remat import rematerialize_constants
+    from gpu_layers.machine.remat import rematerialize
 
     flat, grid, block = flatten_launch(kernel, grid, block)
     flat = launch_constants(flat, grid, block)
@@ -230,9 +232,28 @@ def machine_kernel(kernel, grid, block, args=()):
     if len(code.instructions) > PCS:          # conversions as routines: fewer PCs, more steps
         code = lower(flat, one_warp=True, warps=warps, cvt_routines=True)
     mk, _ = allocate(code)
-    if _slots_needed(mk) > R.REGS:            # constants written again after calls instead
-        mk, _ = allocate(rematerialize_constants(code)[0])
+    if _slots_needed(mk) > R.REGS:            # invariants computed again after calls instead
+        mk = _fit_registers(code, mk)
     return mk, grid, block
+
+
+def _fit_registers(code, mk):
+    """The allocated kernel with the fewest of remat.candidates (the cheapest first) computed
+    again after the calls that fits the register file (binary search on how many: more copies
+    never need more slots here, and each copy is a step); `mk` when none does."""
+    from gpu_layers.machine.regalloc import allocate
+    from gpu_layers.machine.remat import candidates, rematerialize
+
+    cands = candidates(code)
+    lo, hi, best = 1, len(cands), None
+    while lo <= hi:
+        n = (lo + hi) // 2
+        k, _ = allocate(rematerialize(code, 4, dict(cands[:n]))[0])
+        if _slots_needed(k) <= R.REGS:
+            best, hi = k, n - 1
+        else:
+            lo = n + 1
+    return best if best is not None else mk
 
 
 def _check_several_warps(kernel, nthreads: int):

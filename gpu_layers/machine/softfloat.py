@@ -807,12 +807,23 @@ def _fmt(ins):
     return FORMATS[ins.types[-1]]
 
 
+def _early_taint(em, B, ops, w):
+    """The operands' taint computed before the routine's call when that shortens what lives
+    across it (two or more operand registers die at this instruction: one taint register instead
+    of them), else None (computed after the call, as _write does)."""
+    regs = {o for o in ops if isinstance(o, str)}
+    if len(regs - em.liveness.live_out[em.index]) < 2:
+        return None
+    return B.taint(ops, w)
+
+
 def x_fbin(em, ins):
     """add/sub/mul/div.f32 and .f64."""
     F = _fmt(ins)
     a, b = _val(ins.operands[1]), _val(ins.operands[2])
     mode = _rmode(ins)
     B = _B(em)
+    early = _early_taint(em, B, [a, b], F.w)
     if ins.opcode in ("mul", "div"):
         out = _call(em, "fma" if ins.opcode == "mul" else "div", a, b, _zero(mode, F), mode, F)
     else:
@@ -822,7 +833,7 @@ def x_fbin(em, ins):
             if F is F64:
                 c = B.sel(64, b, c, _nan_bits(B, b, F))
         out = _call(em, "add", a, None, c, mode, F)
-    _write(em, ins, out, B.taint([a, b], F.w), F.w, F.w)
+    _write(em, ins, out, B.taint([a, b], F.w) if early is None else early, F.w, F.w)
 
 
 def x_funary(em, ins):
@@ -841,8 +852,10 @@ def x_ffma(em, ins):
     """fma and mad (.rn: a fused multiply-add), .f32 and .f64."""
     F = _fmt(ins)
     a, b, c = (_val(o) for o in ins.operands[1:4])
+    B = _B(em)
+    early = _early_taint(em, B, [a, b, c], F.w)
     out = _call(em, "fma", a, b, c, _rmode(ins), F)
-    _write(em, ins, out, _B(em).taint([a, b, c], F.w), F.w, F.w)
+    _write(em, ins, out, B.taint([a, b, c], F.w) if early is None else early, F.w, F.w)
 
 
 def _ftz(B, x):
