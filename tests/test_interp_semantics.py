@@ -894,3 +894,46 @@ def test_f64_validation():
                       "\tmul.rn.f64 \t%fd6, %fd2, %fd3;\n\tadd.f64 \t%fd7, %fd6, %fd5;\n\tret;\n", decls=F64_DECLS)
     w = fusion_warnings(parse_ptx(text).kernel())
     assert len(w) == 1 and "mul.f64" in w[0] and "__dmul_rn" in w[0]
+
+
+def test_the_machines_warp_barrier_waits_for_its_warp_only():
+    """Machine code's warp barrier (bar.warp.sync -1 at an index in Kernel.warp_barriers): lanes
+    that arrive wait until every lane of their warp that has not exited waits (lane 5 loops longer
+    and then exits: that releases the others), while the other warp runs on. The index must hold
+    an unguarded bar.warp.sync."""
+    from dataclasses import replace
+
+    from gpu_layers.interp import launch
+    from gpu_layers.ptx.parser import parse_ptx
+
+    body = """\tld.param.u64 \t%rd1, [out];
+\tcvta.to.global.u64 \t%rd1, %rd1;
+\tmov.u32 \t%r1, %tid.x;
+\tmul.wide.u32 \t%rd2, %r1, 4;
+\tadd.s64 \t%rd3, %rd1, %rd2;
+\tand.b32 \t%r2, %r1, 7;
+\tsetp.eq.u32 \t%p2, %r1, 5;
+\tselp.u32 \t%r9, 20, 0, %p2;
+\tadd.u32 \t%r2, %r2, %r9;
+$L1:
+\tsetp.ne.u32 \t%p1, %r2, 0;
+\tsub.u32 \t%r2, %r2, 1;
+\t@%p1 bra $L1;
+\t@%p2 ret;
+\tbar.warp.sync \t-1;
+\tst.global.u32 \t[%rd3], %r1;
+\tret;
+"""
+    k = parse_ptx(kernel_ptx(body)).kernel()
+    wb = next(i for i, ins in enumerate(k.instructions) if ins.opcode == "bar")
+    mk = replace(k, warp_barriers=frozenset({wb}))
+    res = launch(mk, 1, 40, [np.zeros(40, np.uint32)], trace=True)
+    assert res.buffers[0].tolist() == [0 if t == 5 else t for t in range(40)]
+    steps = res.trace
+    arrive = [i for i, (_, w, pc, _) in enumerate(steps) if w == 0 and pc == wb]
+    store = min(i for i, (_, w, pc, _) in enumerate(steps) if w == 0 and pc == wb + 1)
+    exit5 = max(i for i, (_, w, pc, m) in enumerate(steps) if w == 0 and pc == wb - 1 and m >> 5 & 1)
+    assert len(arrive) > 1 and store > exit5 > arrive[-1]              # released by lane 5's exit
+    assert any(w == 1 and pc == wb + 1 for _, w, pc, _ in steps[:store])   # warp 1 did not wait
+    with pytest.raises(ValueError, match="not an unguarded bar.warp.sync"):
+        launch(replace(k, warp_barriers=frozenset({wb - 1})), 1, 40, [np.zeros(40, np.uint32)])

@@ -499,20 +499,9 @@ class _Run:
                 _exit_threads(W, blk, exe, active, pc)
             else:
                 _advance(W, active, pc + 1)
-        elif kind == "bar" and ins.target == WARP_BARRIER:
-            if exe:
-                _materialize(W)
-                st = W.st
-                for l in active:
-                    W.pc[l] = pc + 1
-                for l in exe:
-                    st[l] = WBARRIER
-                W.wwait += len(exe)
-                _set_run(W)
-            else:
-                _advance(W, active, pc + 1)
         elif kind == "bar":
-            if ins.target and ins.target != self.cfg.nthreads:
+            warp = ins.target == WARP_BARRIER
+            if ins.target and not warp and ins.target != self.cfg.nthreads:
                 raise ExecutionError(
                     f"line {ins.line}: `{ins.text}`: a barrier for {ins.target} threads in a "
                     f"block of {self.cfg.nthreads} is not supported")
@@ -522,8 +511,11 @@ class _Run:
                 for l in active:
                     W.pc[l] = pc + 1
                 for l in exe:
-                    st[l] = BARRIER
-                blk.waiting += len(exe)
+                    st[l] = WBARRIER if warp else BARRIER
+                if warp:
+                    W.wwait += len(exe)
+                else:
+                    blk.waiting += len(exe)
                 _set_run(W)
             else:
                 _advance(W, active, pc + 1)

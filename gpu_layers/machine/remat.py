@@ -35,9 +35,9 @@ from gpu_layers.ptx.ir import FImm, Imm, Reg, in_own_module
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
 
-def constants(kernel, lv=None) -> dict:
-    """register -> index of its one defining `mov reg, immediate` (see the module docstring)."""
-    lv = lv or liveness(kernel)
+def _single_writes(kernel, lv) -> dict:
+    """register -> index of its one write, for registers written exactly once outside the
+    routines and not live at the kernel's entry (never read before that write)."""
     in_routine = set().union(*lv.routines.values()) if lv.routines else set()
     calls = {c for c, _, _ in kernel.calls}
     writes = {}
@@ -46,15 +46,20 @@ def constants(kernel, lv=None) -> dict:
             continue                    # a call's summary: its routine's writes, counted there
         for r in d:
             writes.setdefault(r, []).append(i)
+    return {r: idx[0] for r, idx in writes.items()
+            if len(idx) == 1 and idx[0] not in in_routine and r not in lv.entry}
+
+
+def constants(kernel, lv=None) -> dict:
+    """register -> index of its one defining `mov reg, immediate` (see the module docstring)."""
+    lv = lv or liveness(kernel)
     out = {}
-    for r, idx in writes.items():
-        if len(idx) != 1 or idx[0] in in_routine or r in lv.entry:
-            continue
-        ins = kernel.instructions[idx[0]]
+    for r, i in _single_writes(kernel, lv).items():
+        ins = kernel.instructions[i]
         ops = ins.operands
         if (SUPPORTED[ins.name].kind == "mov" and ins.guard is None and len(ops) == 2
                 and isinstance(ops[0], Reg) and ops[0].name == r and isinstance(ops[1], (Imm, FImm))):
-            out[r] = idx[0]
+            out[r] = i
     return out
 
 
@@ -73,17 +78,7 @@ def invariants(kernel, lv=None) -> dict:
     from gpu_layers.machine.liveness import _regs
 
     lv = lv or liveness(kernel)
-    in_routine = set().union(*lv.routines.values()) if lv.routines else set()
-    calls = {c for c, _, _ in kernel.calls}
-    writes = {}
-    for i, d in enumerate(lv.defs):
-        if i in calls:
-            continue
-        for r in d:
-            writes.setdefault(r, []).append(i)
-    single = {r: idx[0] for r, idx in writes.items()
-              if len(idx) == 1 and idx[0] not in in_routine and r not in lv.entry}
-    out, todo = {}, dict(single)
+    out, todo = {}, _single_writes(kernel, lv)
     changed = True
     while changed:                      # operands first: an invariant of invariants is one
         changed = False
