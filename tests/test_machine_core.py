@@ -288,6 +288,26 @@ def test_core_faults_on_an_access_outside_the_buffers(core):
     assert bad is None and got == want and got[-2:] == ["<mt 1>", "<fault>"]
 
 
+def test_a_failed_check_of_the_lowering_is_reported_by_what_it_means(core):
+    """A shuffle whose membermask names 16 lanes in a block of two warps: the lowering's check (a
+    load from address 0 where it fails) makes the model emit <fault>, and the backend names the
+    check (Kernel.checks) instead of an access outside the buffers."""
+    from gpu_layers.errors import ExecutionError
+    from gpu_layers.interp.snippets import kernel_ptx
+    from gpu_layers.machine.backend import run_kernel_model
+    from gpu_layers.ptx.parser import parse_ptx
+
+    body = ("\tld.param.u64 \t%rd1, [out];\n\tcvta.to.global.u64 \t%rd1, %rd1;\n\tmov.u32 \t%r1, %tid.x;\n"
+            "\tmul.wide.u32 \t%rd2, %r1, 4;\n\tadd.s64 \t%rd3, %rd1, %rd2;\n\tmov.u32 \t%r99, 65535;\n"
+            "\tsetp.ge.u32 \t%p1, %r1, 16;\n\tsetp.lt.u32 \t%p2, %r1, 32;\n\tand.pred \t%p1, %p1, %p2;\n"
+            "\t@%p1 ret;\n\tshfl.sync.bfly.b32 \t%r2, %r1, 1, 31, %r99;\n\tst.global.u32 \t[%rd3], %r2;\n\tret;\n")
+    k = parse_ptx(kernel_ptx(body)).kernel()
+    args = [np.zeros(48, np.uint32)]
+    launch(k, (1, 1, 1), (48, 1, 1), [a.copy() for a in args])          # the original runs it
+    with pytest.raises(ExecutionError, match="its membermask does not name every thread of the warp"):
+        run_kernel_model(k, (1, 1, 1), (48, 1, 1), args, [0], core=core)
+
+
 def test_core_loads_undefined_shared_words(core):
     """Shared words never written load as undefined lanes (a blank word in the latch): the model
     predicts the load's <g> with U = 1110 itself (tests/test_memory_map.py's `unw` kernel)."""

@@ -328,7 +328,7 @@ def _run_model(prep: Prepared, rep: RunReport, outputs, out_idx, limits: Limits,
         rep.machine_error = (f"the model's run passed its time budget ({e}; a few hundred tokens/s on this "
                              "CPU), so its outputs were not compared")
         return
-    except (StepBudgetExceeded, OutOfBounds) as e:
+    except ExecutionError as e:            # a fault, a failed check, the step budget
         rep.verdict = "not-compared"
         rep.machine_error = str(e)
         return

@@ -9,7 +9,9 @@ is cached on disk ($QWENGPU_CACHE or ~/.cache/qwengpu, core/core-<key>.pkl, keye
 of every module the circuit comes from) and loaded on later runs; `shared_core` keeps one per
 process for concurrent runs (each run has its own state).
 
-Faults: `<fault>` (an access outside the memory map) raises OutOfBounds naming the PC and lane;
+Faults: `<fault>` (an access outside the memory map) raises OutOfBounds naming the PC and lane,
+or, at one of the lowering's checks (Kernel.checks: a partial membermask, a shuffle of a lane that
+exited, a misaligned vector, a local access out of range), ExecutionError saying what failed;
 a launch that does not reach `<end>` within the token budget raises StepBudgetExceeded.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpu_layers.errors import OutOfBounds, StepBudgetExceeded
+from gpu_layers.errors import ExecutionError, OutOfBounds, StepBudgetExceeded
 
 _SOURCES = ("machine/core.py", "machine/memunit.py", "machine/memory_map.py", "machine/control.py",
             "machine/regfile.py", "craft/assemble.py", "craft/fast.py", "craft/circuit.py",
@@ -125,6 +127,9 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
     if got[-1] == "<fault>":
         pc = next((int(x.split()[2]) for x in reversed(got) if x.startswith("<wi ")), None)
         lane = int(got[-2][4:-1]) if got[-2].startswith("<mt ") else "the first executed"
+        if pc in mk.checks:
+            raise ExecutionError(f"line {mk.instructions[pc].line}: {mk.checks[pc]}; the model stopped there "
+                                 f"(machine PC {pc}, lane {lane} of its lane group)")
         raise OutOfBounds(f"the machine refused a memory access (outside the buffers, misaligned, or "
                           f"outside shared memory): machine PC {pc} `{mk.instructions[pc]}`, lane {lane} "
                           "of its lane group")

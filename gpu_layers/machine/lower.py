@@ -129,6 +129,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         em.line = ins.line          # generated code carries the line it came from
         em.start = len(em.code)
         em.index = i
+        em.source = ins
         if i in em.folded:
             continue                # a constant only the warp exchanges read: folded there
         if _is_machine_form(ins):
@@ -154,7 +155,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         kvars.append(stage)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns,
-                  holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers))
+                  holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers),
+                  checks=dict(em.checks))
     validate(in_own_module(out, kernel).module, out.name)
     if stage:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
@@ -200,7 +202,9 @@ class _Emitter:
         self.one_warp = one_warp
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
+        self.source = None          # the source instruction being expanded
         self.warp_barriers = set()  # indices of the machine's warp barriers (Kernel.warp_barriers)
+        self.checks = {}            # index -> what its deliberate fault means (Kernel.checks)
         self.code = []
         self.labels = {}
         self.count = {w: 0 for w in _TMP}

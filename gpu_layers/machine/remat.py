@@ -200,6 +200,7 @@ def rematerialize(kernel, longest: int = 1, only=None):
                   returns=frozenset(new_index[i] for i in kernel.returns),
                   holds=frozenset(new_index[i] for i in kernel.holds) | holds,
                   warp_barriers=frozenset(new_index[i] for i in kernel.warp_barriers),
+                  checks={new_index[i]: why for i, why in kernel.checks.items()},
                   directives=list(kernel.directives), regs=list(kernel.regs), vars=list(kernel.vars))
     validate(in_own_module(out, kernel).module, out.name)
     return out, sum(len(v) for v in inserts.values())

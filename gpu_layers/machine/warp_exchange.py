@@ -122,7 +122,8 @@ def _arrive(em, value, mask):
         em.emit(f"or.b32 {bm}, {bm}, {mask}")
         bad = em.tmp(1)
         em.emit(f"setp.ne.u32 {bad}, {bm}, -1")
-        fault_where(em, bad, bm)
+        fault_where(em, bad, bm, f"`{em.source}`: its membermask does not name every thread of the "
+                    f"{'block' if em.warps == 1 else 'warp'} (the machine's exchange waits for them all)")
     em.emit(f"add.u64 {EPOCH}, {EPOCH}, {EPOCH_ONE}")
     slot = _slot(em, _me(em))
     em.emit(f"st.shared.u64 [{slot}], {EPOCH}")     # the epoch's high word, then the value's low one
@@ -281,7 +282,8 @@ def _shfl(em, ins):
         em.emit(f"add.u32 {first}, {first}, {src}")
         src = first
     v, ok = _read(em, src)
-    fault_where(em, f"!{ok}", src)                   # the lane read did not take part: fault
+    fault_where(em, f"!{ok}", src, f"`{em.source}`: a lane read a lane that does not take part "
+                "(it exited)")                       # as the interpreter raises
     if not isinstance(d, Sink):
         em.emit(f"mov.b32 {d}, {v}")
     if p is not None and not isinstance(p, Sink) and p.name in em.liveness.live_out[em.index]:

@@ -119,11 +119,13 @@ def _where_guard(em, w, value, otherwise, guard) -> str:
     return t
 
 
-def fault_where(em, p, reg):
+def fault_where(em, p, reg, why: str):
     """A load from address 0 where predicate p (or "!q") holds: a fault in the interpreter (no buffer
     there) and in the machine (outside the memory map), so a check that fails ends the run as
     the original's fault does. `reg` is any register defined here: the load never writes it, and
-    a fresh one would be live (a guarded write reads its destination) from the kernel's entry."""
+    a fresh one would be live (a guarded write reads its destination) from the kernel's entry.
+    `why` (Kernel.checks) is what the fault means, for the error a run reports."""
+    em.checks[len(em.code)] = why
     em.emit(f"@{p} ld.global.u32 {reg}, [0]")
 
 
@@ -217,7 +219,7 @@ class _Access:
         r = _where_guard(em, 32, r, 0, self.ins.guard)
         p = em.tmp(1)
         em.emit(f"setp.ne.u32 {p}, {r}, 0")
-        fault_where(em, p, r)
+        fault_where(em, p, r, f"a misaligned {n}-byte vector access")
 
     def word_ops(self) -> str:
         """ld/st modifiers without the vector count."""
@@ -557,12 +559,14 @@ def _local(em, ins):
     chk = _where_guard(em, 64, ea, 0, ins.guard)      # lanes whose guard is false check address 0
     lo = em.tmp(32)
     em.emit(f"cvt.u32.u64 {lo}, {ea}")
+    why = f"a {size}-byte local access outside the thread's {em.local_size} bytes of local memory"
     if em.local_size < size:                # never in range: every executing lane faults
+        em.checks[len(em.code)] = why
         em.emit(f"{_guard(ins)}ld.global.u32 {lo}, [0]")
     else:
         p = em.tmp(1)
         em.emit(f"setp.gt.u64 {p}, {chk}, {em.local_size - size}")
-        fault_where(em, p, lo)
+        fault_where(em, p, lo, why)
     sa = em.tmp(32)
     em.emit(f"add.u32 {sa}, {lo}, {LANE_FRAME}")
     mods = tuple("shared" if m == "local" else m for m in ins.modifiers)

@@ -190,6 +190,9 @@ class Kernel:
     # instructions that are the machine's warp barrier (interp/machine.py: the block barrier's
     # rule for the threads of one warp) instead of PTX's warp-synchronous bar.warp.sync
     warp_barriers: frozenset = frozenset()
+    # machine code only (gpu_layers/machine/word_memory.fault_where): index -> what the lowering's
+    # deliberate fault there means (a load from address 0 where a check fails)
+    checks: dict = field(default_factory=dict)
     module: object = field(default=None, repr=False, compare=False)   # the enclosing Module
 
     def reg_types(self) -> dict:
