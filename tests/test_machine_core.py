@@ -257,6 +257,56 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
         assert dec[i].tobytes() == ref.buffers[i].tobytes()
 
 
+def test_its_state_holds_the_interpreters_memory_after_every_step(core):
+    """scan_inclusive_i32 (two blocks of 16 threads, global and shared stores, barriers): after
+    every step of the model's own run, every global and shared word read out of the memory unit's
+    heads (inspect_state.core_memory) equals the oracle's memory after the same step (shared memory
+    starts unwritten in each block; a global word of 0 is never sent, so it reads None)."""
+    from gpu_layers.machine.inspect_state import core_memory
+
+    fm, ids = core
+    c, mk, args = _case("scan_inclusive_i32")
+    prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
+    where = dict(lay.offsets)         # machine byte address of each buffer's first byte
+    snaps = []
+
+    def observe(W, ins, pc, active, done):
+        glob = {}
+        for k, (i, off) in enumerate(sorted(where.items())):
+            reg = W.glob.regions[k]
+            for x in range(0, reg.size, 4):
+                v = int.from_bytes(reg.data[x:x + 4], "little")
+                glob[off + x] = v or None
+        sh = W.shared
+        shared = {x: (int.from_bytes(sh.data[x:x + 4], "little") if any(sh.init[x:x + 4]) else None)
+                  for x in range(0, sh.size - sh.size % 4, 4)}
+        snaps.append((glob, shared))
+    launch(mk, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes, buffer_offsets=lay.offsets,
+           observer=observe)
+    st = fm.new_state()
+    for t in prompt:
+        fm.step(st, ids[t])
+    step, checked, fresh = -1, 0, False
+    for t in want:
+        if t.startswith("<blk"):
+            fresh = step >= 0         # shared memory is reset at <blk>: the next check is global only
+        if t.startswith("<wi") and step >= 0:
+            glob, shared = snaps[step]
+            gm, sm = core_memory(st, "global"), core_memory(st, "shared")
+            assert {x: gm[x] for x in glob} == glob, step
+            assert all(gm[x] is None for x in gm if x not in glob)
+            if not fresh:
+                got = {x: sm[x] for x in shared}
+                assert got == shared, (step, {x: (got[x], v) for x, v in shared.items() if got[x] != v})
+            else:                     # a new block: nothing written yet
+                assert all(v is None for v in sm.values())
+            checked, fresh = checked + 1, False
+        if t.startswith("<wi"):
+            step += 1
+        fm.step(st, ids[t])
+    assert checked == len(snaps) - 1 and any(v is not None for v in snaps[-1][1].values())
+
+
 def test_core_runs_a_program_past_512_machine_instructions(core):
     """f2i_rounding (float-to-integer conversions in every rounding mode: 524 machine
     instructions, the code past PC 512 runs), one block of 4 threads: the model generates the

@@ -17,6 +17,7 @@ of the register file is two banks of heads per lane (bank K // 4, row 32 (K mod 
 every issue before it has committed):
 
     regs = core_registers(state, slots)                     # slots: {machine register: slot}
+    mem = core_memory(state, "global")                      # {machine byte address: word or None}
 
 The v0 register file (gpu_layers.machine.rf_circuit) is a write-only DeltaNet memory: per lane J a
 value head whose state row 16 K + R holds register R of thread 4 K + J, dual rail (gpu_layers.craft.
@@ -173,6 +174,27 @@ def core_registers(source, slots: dict, strict: bool = True, port: str = "rfa") 
         for j in range(LANES):
             for n, r in slots.items():
                 out[(LANES * kw + j, n)] = words[j][REGS * (kw % BANK_GROUPS) + r]
+    return out
+
+
+def core_memory(source, space: str) -> dict:
+    """{machine byte address: 32-bit word or None} of the core's global or shared memory (memory_map:
+    global word x in bank (x >> 2) & 7, row x >> 5; shared in bank (x >> 2) & 3, row (x >> 4) & 127;
+    None: never written; a global word of the buffers that is 0 is never sent, so it reads None
+    too), read from the memory unit's heads in `source` (as core_registers)."""
+    from gpu_layers.machine import memory_map as MM
+
+    if space not in MM.SPACES:
+        raise ValueError(f"space must be one of {MM.SPACES}, got {space!r}")
+    places = core_placements()
+    nb = MM.BANKS[space]
+    shift = (nb - 1).bit_length() + 2            # the row's low address bit: 5 global, 4 shared
+    out = {}
+    for b in range(nb):
+        place = places.port(f"{space[0]}mem{b}")
+        words = read_port_state(recurrent_state(source, place.layer), place, 0)[0]
+        for r, w in enumerate(words):
+            out[(r << shift) | (b << 2)] = w
     return out
 
 
