@@ -743,24 +743,24 @@ def _exit_threads(W, blk, exe, active, pc):
     _set_run(W)
 
 
+def _wake(W, state):
+    """Every thread of warp W in `state` (a barrier's wait) runs again."""
+    _materialize(W)
+    st = W.st
+    for l in range(32):
+        if st[l] == state:
+            st[l] = RUN
+    _set_run(W)
+
+
 def _release_barrier(blk):
     for V in blk.warps:
-        _materialize(V)
-        st = V.st
-        for l in range(32):
-            if st[l] == BARRIER:
-                st[l] = RUN
-        _set_run(V)
+        _wake(V, BARRIER)
     blk.waiting = 0
 
 
 def _release_warp_barrier(W):
-    _materialize(W)
-    st = W.st
-    for l in range(32):
-        if st[l] == WBARRIER:
-            st[l] = RUN
-    _set_run(W)
+    _wake(W, WBARRIER)
     W.wwait = 0
     W.wgen ^= 1
 

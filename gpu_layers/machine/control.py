@@ -360,10 +360,14 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     curv = lsum((1 << i) * cursor.bit(i) for i in range(pcb))
     pv = lsum((1 << i) * pcur[i] for i in range(pcb - 1))
 
+    def alive_form(t):
+        """0 when lane t of the warp read here exists and has not exited, else <= -1."""
+        return lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0
+
     def free_terms(t, lin, ph_lin=phase):
         """[lin > 0 and lane t alive, not waiting at the block barrier in phase ph_lin, nor at
         the warp barrier in the warp's generation] as exclusive steps."""
-        alive = lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0          # 0 when alive, else <= -1
+        alive = alive_form(t)
         w, g, s = pcf[t].bit(WWAIT), pcf[t].bit(WGEN), pcf[t].bit(WSYNC)
         return [(lin + BIG * (alive - w - s), 0.5, 1.0),
                 (lin + BIG * (alive + w + g - ph_lin - 2.0), 0.5, 1.0),
@@ -372,7 +376,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
                 (lin + BIG * (alive + s - g + gen - 2.0), 0.5, 1.0)]
 
     def alive_terms(t, lin):
-        return [(lin + BIG * (lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0), 0.5, 1.0)]
+        return [(lin + BIG * alive_form(t), 0.5, 1.0)]
 
     # L3 MLP: per lane, below / at or after the cursor and at or after P, among the lanes free to
     # run and among all alive ones; free in phase 0 / in phase 1 (the warp's summary)
@@ -392,8 +396,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
             m3.boolean(freeh[h], t, free_terms(t, Lin({}, 0.5), Lin({}, float(h))))
     syncw = c.new_field(dual("syncw", L))      # alive and waiting at the warp barrier in generation G
     for t in range(L):
-        alive = lexists.bit(t) - pcf[t].bit(WEXIT) - 1.0
-        s, g = pcf[t].bit(WSYNC), pcf[t].bit(WGEN)
+        alive, s, g = alive_form(t), pcf[t].bit(WSYNC), pcf[t].bit(WGEN)
         m3.boolean(syncw, t, [(alive + s + g + gen - 2.5, 0.5, 1.0), (alive + s - g - gen - 0.5, 0.5, 1.0)])
     m3.build()
 

@@ -201,10 +201,10 @@ def machine_kernel(kernel, grid, block, args=()):
     (blocks of one warp: memory instructions as scalar word accesses, gpu_layers.machine.
     word_memory; shuffles and votes through shared memory, gpu_layers.machine.warp_exchange: their
     sequences are atomic only when no other warp runs between their steps) and register-allocated;
-    when that needs more register-file slots than there are, invariants live across float
-    routines' calls (constants, parameters, %tid.x and short pure chains of them, the shortest
-    first) are computed again after each call (gpu_layers.machine.remat) and the kernel
-    allocated again; when the code is longer than the program memory (PCS), the float conversions become
+    when that needs more register-file slots than there are, the fewest invariants live across
+    float routines' calls that make it fit (constants, parameters, %tid.x and short pure chains of
+    them, the cheapest first) are computed again after those calls or before their readers
+    (gpu_layers.machine.remat) and the kernel allocated again; when the code is longer than the program memory (PCS), the float conversions become
     calls of routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
@@ -239,8 +239,8 @@ def machine_kernel(kernel, grid, block, args=()):
 
 def _fit_registers(code, mk):
     """The allocated kernel with the fewest of remat.candidates (the cheapest first) computed
-    again after the calls that fits the register file (binary search on how many: more copies
-    never need more slots here, and each copy is a step); `mk` when none does."""
+    again, each where it takes fewer copies, that fits the register file (binary search on how
+    many: more copies never need more slots here, and each copy is a step); `mk` when none does."""
     from gpu_layers.machine.regalloc import allocate
     from gpu_layers.machine.remat import candidates, rematerialize
 

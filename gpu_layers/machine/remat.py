@@ -134,11 +134,20 @@ def _across(kernel, lv, c, ret) -> set:
     return (lv.live_in[ret] & lv.live_in[c]) - lv.defs[c] if ret < len(kernel.instructions) else set()
 
 
-def _readers(kernel, lv, r) -> list:
-    """Indices of the instructions outside the routines that read register r."""
-    in_routine = set().union(*lv.routines.values()) if lv.routines else set()
-    calls = {c for c, _, _ in kernel.calls}
-    return [i for i, u in enumerate(lv.uses) if r in u and i not in in_routine and i not in calls]
+def _readers(kernel, lv) -> dict:
+    """register -> indices of the instructions outside the routines (and calls) that read it."""
+    skip = set().union(*lv.routines.values()) if lv.routines else set()
+    skip |= {c for c, _, _ in kernel.calls}
+    out = {}
+    for i, u in enumerate(lv.uses):
+        if i not in skip:
+            for r in u:
+                out.setdefault(r, []).append(i)
+    return out
+
+
+def _chain_lengths(inv: dict) -> dict:
+    return {r: len(chain(inv, [r])) for r in inv}
 
 
 def candidates(kernel, longest: int = 4) -> list:
@@ -146,16 +155,17 @@ def candidates(kernel, longest: int = 4) -> list:
     writes, each computed again where that takes fewer copies ("returns": after each call it is
     live across; "uses": before each instruction that reads it), the fewest copies first."""
     lv = liveness(kernel)
-    inv = invariants(kernel, lv)
+    length = _chain_lengths(invariants(kernel, lv))
     calls = {}
     for c, _, ret in kernel.calls:
         for r in _across(kernel, lv, c, ret):
-            if r in inv and len(chain(inv, [r])) <= longest:
+            if length.get(r, longest + 1) <= longest:
                 calls[r] = calls.get(r, 0) + 1
+    readers = _readers(kernel, lv)
     out = []
     for r, n in calls.items():
-        k, uses = len(chain(inv, [r])), len(_readers(kernel, lv, r))
-        out.append((k * min(n, uses), r, "uses" if uses < n else "returns"))
+        uses = len(readers.get(r, ()))
+        out.append((length[r] * min(n, uses), r, "uses" if uses < n else "returns"))
     return [(r, where) for _, r, where in sorted(out)]
 
 
@@ -167,15 +177,17 @@ def rematerialize(kernel, longest: int = 1, only=None):
     only from there); the input kernel is not changed. Returns (kernel, copies inserted)."""
     lv = liveness(kernel)
     inv = invariants(kernel, lv)
+    length = _chain_lengths(inv)
     inserts = {}                                   # index -> [writes to insert before it]
     for c, _, ret in kernel.calls:
         across = _across(kernel, lv, c, ret)
-        pick = [r for r in sorted(across) if r in inv and len(chain(inv, [r])) <= longest
+        pick = [r for r in sorted(across) if length.get(r, longest + 1) <= longest
                 and (only is None or only.get(r) == "returns")]
         if pick:
             inserts.setdefault(ret, []).extend(chain(inv, pick))
+    readers = _readers(kernel, lv)
     for r in sorted(r for r, where in (only or {}).items() if where == "uses"):
-        for i in _readers(kernel, lv, r):
+        for i in readers.get(r, ()):
             inserts.setdefault(i, []).extend(chain(inv, [r]))
     inserts = {i: [replace(kernel.instructions[j], line=kernel.instructions[i if i < len(kernel.instructions)
                                                                               else -1].line)

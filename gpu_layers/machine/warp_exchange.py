@@ -39,7 +39,7 @@ from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import Imm, Pair, Reg, Sink, VarDecl
 
 from .liveness import _regs
-from .word_memory import fault_where
+from .word_memory import fault_where, lane_id
 
 STAGE = "__mq_stage"             # 32 slots of 8 bytes: value | epoch << 32
 EPOCH = "%mq_epoch"              # (shuffles this thread has taken part in) << 32, 64 bits
@@ -74,12 +74,9 @@ def _me(em) -> str:
 
 
 def _lane(em) -> str:
-    """The thread's lane in its warp, as an operand a: %laneid (one warp) or a register."""
-    if em.warps == 1:
-        return "%laneid"
-    lane = em.tmp(32)
-    em.emit(f"and.b32 {lane}, %tid.x, 31")
-    return lane
+    """The thread's lane in its warp, as an operand a: %laneid itself (one warp) or a register
+    (word_memory.lane_id)."""
+    return "%laneid" if em.warps == 1 else lane_id(em)
 
 
 def _warp_first(em) -> str:
@@ -182,12 +179,7 @@ def _vote(em, ins):
     yes, no = {"all": (0, 1), "uni": (1, 2)}.get(mode, (1, 0))
     em.emit(f"selp.b32 {word}, {yes}, {no}, {p}")
     if mode == "ballot":
-        if em.warps == 1:
-            lane = em.tmp(32)
-            em.emit(f"mov.u32 {lane}, %laneid")
-        else:
-            lane = _lane(em)
-        em.emit(f"shl.b32 {word}, {word}, {lane}")
+        em.emit(f"shl.b32 {word}, {word}, {lane_id(em)}")
     _arrive(em, word, mask)
     acc, at, end = em.tmp(64), em.tmp(32), em.tmp(32)
     em.emit(f"mov.b64 {acc}, 0")
@@ -196,8 +188,7 @@ def _vote(em, ins):
         em.emit(f"mov.u32 {end}, %ntid.x")
         em.emit(f"shl.b32 {end}, {end}, 3")
     else:                                            # this warp's slots: 8 x (32 W .. 32 W + 31)
-        em.emit(f"and.b32 {at}, %tid.x, -32")
-        em.emit(f"shl.b32 {at}, {at}, 3")
+        em.emit(f"shl.b32 {at}, {_warp_first(em)}, 3")
         em.emit(f"mov.u32 {end}, %ntid.x")
         em.emit(f"shl.b32 {end}, {end}, 3")
         top = em.tmp(32)
