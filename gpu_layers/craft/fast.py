@@ -16,7 +16,8 @@ of `machine_model.build_machine_model`, term for term: zero-centred RMSNorm `x /
 q, k L2-normalised (eps 1e-6), q / sqrt(d_k); beta = sigmoid(in_proj_b x); g = -exp(A_log) *
 softplus(in_proj_a x + dt_bias); per value head the recurrent gated delta rule `S *= exp(g); S += k
 (beta (v - S^T k))^T; o = S^T q`; gated RMSNorm `norm(o) * w * silu(z)`; `out_proj`; MLP `down(silu(
-gate x) * up x)`; final norm; LM head; argmax (first index on ties, as torch.argmax).
+gate x) * up x)`; final norm; LM head; argmax (first index on ties, as torch.argmax; it visits only the head's rows
+that can win, gpu_layers/craft/fast_head.py).
 
 Why the tokens are the stock path's tokens:
   * Everything left out is an exact zero in the stock computation. A residual dim, projection row,
@@ -55,6 +56,7 @@ import torch
 
 from . import fast_kernels as K
 from .compiled import LAYER_KEYS, CompiledMachine
+from .fast_head import BoundedHead
 
 F32 = np.float32
 SHAPE_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
@@ -280,6 +282,7 @@ class FastMachine:
             sub[where, np.searchsorted(self.head_cols, unembed.idx)] = unembed.val
             self.head = _Sparse(sub, rows, self.V)
             self.final_w = (F32(1.0) + fn)[self.head_cols]
+            self.bounded_head = BoundedHead(*self.head.mv_args(), self.V)
             return
         U = _f32(unembed)
         self._finite("unembed", U)
@@ -292,6 +295,7 @@ class FastMachine:
         self.head = _Sparse(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
         del U
         self.final_w = (F32(1.0) + fn)[self.head_cols]
+        self.bounded_head = BoundedHead(*self.head.mv_args(), self.V)
 
     # ---- compaction -------------------------------------------------------------------------
 
@@ -458,9 +462,8 @@ class FastMachine:
         torch tensor when logits=True."""
         x, ss = self._forward(state, int(token_id))
         h = self.head
-        if not logits:
-            return int(K.head_argmax(x, ss, float(self.W), self.eps, self.head_cols, self.final_w,
-                                     *h.mv_args(), self.V))
+        if not logits:                                     # the same token as K.head_argmax
+            return self.bounded_head.argmax(x, ss, float(self.W), self.eps, self.head_cols, self.final_w)
         lg = K.norm_mv(x, ss, float(self.W), self.eps, self.head_cols, self.final_w, *h.mv_args(), self.V)
         return torch.from_numpy(lg)
 

@@ -220,3 +220,40 @@ def head_argmax(x, ss, width, eps, cols, w, colptr, rows, codes, table, V):
         if v > best:
             best, arg = v, i
     return arg
+
+
+@_jit
+def bounded_argmax(y, rptr, rcol, rcode, table, row_id, g_bptr, g_bcol, g_bval, g_sptr, g_scol, g_smax,
+                   g_rptr, g_rows, first_zero):
+    """head_argmax's token from the normed head inputs y, visiting only the row groups whose
+    bound can reach the best logit (gpu_layers/craft/fast_head.py says why it is the same)."""
+    G = g_rptr.shape[0] - 1
+    bound = np.empty(G, dtype=np.float64)
+    for g in range(G):
+        b, mag = 0.0, 0.0
+        for k in range(g_bptr[g], g_bptr[g + 1]):
+            t = g_bval[k] * np.float64(y[g_bcol[k]])
+            b += t
+            mag += abs(t)
+        for k in range(g_sptr[g], g_sptr[g + 1]):
+            t = g_smax[k] * abs(np.float64(y[g_scol[k]]))
+            b += t
+            mag += t
+        bound[g] = b + 1e-9 * mag + 1e-30          # covers the float64 sums' rounding
+    best, arg = F32(0.0), first_zero               # rows the head does not keep score exactly 0
+    have = first_zero >= 0
+    for g in np.argsort(-bound):
+        if have and F32(bound[g]) < best:
+            break                                   # every later group is bounded lower still
+        for i in range(g_rptr[g], g_rptr[g + 1]):
+            r = g_rows[i]
+            acc = 0.0
+            for k in range(rptr[r], rptr[r + 1]):
+                yk = np.float64(y[rcol[k]])
+                if yk != 0.0:
+                    acc += table[rcode[k]] * yk
+            v, tok = F32(acc), row_id[r]
+            if not have or v > best or (v == best and tok < arg):
+                best, arg, have = v, tok, True
+    return arg
+
