@@ -10,7 +10,7 @@ from gpu_layers.errors import UninitializedRead, UnsupportedPTX
 from gpu_layers.interp import Scalar, launch, module_for
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import lower, machine_problems
-from gpu_layers.machine.lower import _expansion, _is_machine_form
+from gpu_layers.machine.lower import STEP_UNROLL, _expansion, _is_machine_form
 from gpu_layers.ptx.ir import FImm, Imm, Instruction
 from gpu_layers.ptx.parser import parse_ptx, split_opcode
 from gpu_layers.ptx.validator import SUPPORTED
@@ -84,6 +84,22 @@ OUT = """\tld.param.u64 \t%rd1, [out];
 
 def _lowered(body):
     return lower(parse_ptx(kernel_ptx(OUT + body + "\tret;\n")).kernel())
+
+
+def test_multiplies_and_divisions_are_machine_steps_and_keep_poison():
+    """A 32-bit multiply is 32 machine multiply steps (mstep) and a 32-bit division 32 divide
+    steps (dstep) in loops of STEP_UNROLL, not a shift-and-add loop; an undefined operand makes the
+    product and the quotient undefined (mstep and dstep read both operands at every step), as in
+    the original."""
+    body = ("\tld.global.u32 \t%r1, [%rd9];\n\tmul.lo.u32 \t%r3, %r1, %r7;\n"
+            "\tdiv.u32 \t%r4, %r1, %r8;\n")
+    k = _lowered(body + "\tst.global.u32 \t[%rd9], %r3;\n")
+    names = [ins.name for ins in k.instructions]
+    assert names.count("mstep.b64") == STEP_UNROLL and names.count("dstep.b64") == STEP_UNROLL
+    assert k.machine and "mul.lo.u32" not in names and "div.u32" not in names
+    for dst in ("%r3", "%r4"):                   # %r7, %r8 never written: undefined operands
+        with pytest.raises(UninitializedRead, match=r"thread \(0,0,0\)"):
+            launch(_lowered(body + f"\tst.global.u32 \t[%rd9], {dst};\n"), 1, 32, [np.ones(32, np.int32)])
 
 
 def test_division_by_zero_stays_undefined_after_lowering():

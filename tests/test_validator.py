@@ -15,7 +15,7 @@ from gpu_layers.interp import Scalar, launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.ptx import parse_ptx
 from gpu_layers.ptx.ir import TYPE_BITS
-from gpu_layers.ptx.validator import SUPPORTED, validate
+from gpu_layers.ptx.validator import MACHINE_ONLY, SUPPORTED, validate
 
 UNSUPPORTED_BODY = """\
 \tld.param.u64 \t%rd1, [out];
@@ -211,6 +211,7 @@ def run_spec(spec: Spec) -> list[str]:
     text = kernel_ptx(body, params=PARAMS, decls=DECLS)
     module = parse_ptx(text)
     kernel = module.kernel()
+    kernel.machine = spec.form in MACHINE_ONLY          # the machine's own instructions: machine code only
     if not any(ins.name == spec.form for ins in kernel.instructions):
         return [f"{spec.form}: the instance does not contain the form"]
     rng = random.Random(zlib.crc32(spec.form.encode()))
@@ -942,6 +943,12 @@ def build_bits(name, form):
     if k == "clz":
         return _lanewise(name, [c], ["32"], one, lambda r: [g(r)],
                          lambda a: [len(f"{a:0{w}b}") - len(f"{a:0{w}b}".lstrip("0"))])
+    if k == "mstep":                 # machine code only: 2a + (a's top bit ? b : 0)
+        return _lanewise(name, [c, c], [c], "\t%s \t{d0}, {s0}, {s1};\n" % name, lambda r: [g(r), g(r)],
+                         lambda a, b: [(2 * a + (b if a >> (w - 1) else 0)) & M])
+    if k == "dstep":                 # machine code only: t = 2a; t >= b ? t - b : t
+        return _lanewise(name, [c, c], [c], "\t%s \t{d0}, {s0}, {s1};\n" % name, lambda r: [g(r), g(r)],
+                         lambda a, b: [(2 * a) % (M + 1) - b if (2 * a) % (M + 1) >= b else (2 * a) % (M + 1)])
     if k == "brev":
         return _lanewise(name, [c], [c], one, lambda r: [g(r)], lambda a: [int(f"{a:0{w}b}"[::-1], 2)])
     if k == "bfind":
@@ -1537,7 +1544,7 @@ def build_control(name, form):
 BUILDERS = {}
 for _kinds, _b in [(("iadd", "isub", "imin", "imax", "idiv", "irem", "imul", "imad", "imul24", "imad24", "sad",
                      "ineg", "iabs", "isat"), build_int),
-                   (("logic", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "bfind", "bfe", "bfi", "prmt",
+                   (("logic", "not", "cnot", "shl", "shr", "popc", "clz", "mstep", "dstep", "brev", "bfind", "bfe", "bfi", "prmt",
                      "lop3", "shf"), build_bits),
                    (("setp", "selp", "slct", "mov"), build_select),
                    (("fbin", "fminmax", "ffma", "funary", "fbits", "copysign", "testp"), build_float),
@@ -1666,3 +1673,17 @@ def test_problems_are_scoped_to_the_kernel_and_sorted():
     assert any("$str" in p for p in probs) and any("rcp.approx.ftz.f64" in p for p in probs)
     with pytest.raises(UnsupportedPTX, match="no .entry"):
         validate(parse_ptx(text.split(".visible")[0]))
+
+
+def test_the_machines_own_instructions_are_not_ptx():
+    """mstep / dstep exist in machine code only (Kernel.machine): in a user's PTX they are refused
+    by name, like any instruction a GPU does not have."""
+    body = "\tmov.u64 \t%rd1, 3;\n\tmstep.b64 \t%rd2, %rd1, %rd1;\n\tdstep.b32 \t%r1, %r2, %r3;\n\tret;\n"
+    module = parse_ptx(kernel_ptx(body))
+    with pytest.raises(UnsupportedPTX) as e:
+        validate(module)
+    msg = str(e.value)
+    assert "`mstep.b64` is not supported (it is qwenGPU's machine instruction, not PTX)" in msg
+    assert "`dstep.b32` is not supported" in msg
+    module.kernel().machine = True
+    validate(module)

@@ -105,6 +105,19 @@ class Expr:
         self.env = {"M": mask(w), "N": w, "H": 1 << (w - 1), "M2": mask(2 * w)}
 
 
+def _step_fn(kind, w):
+    """The machine's multiply step (2a + (a's bit w-1 ? b : 0)) or restoring-division step
+    (t = 2a; t >= b ? t - b : t), on w-bit patterns (gpu_layers/craft/blocks/alu.py)."""
+    M = mask(w)
+    if kind == "mstep":
+        return lambda a, b: ((a << 1) + (b if a >> (w - 1) else 0)) & M
+
+    def dstep(a, b):
+        t = (a << 1) & M
+        return t - b if t >= b else t
+    return dstep
+
+
 def _int_fn(kind, mods, t):
     """Lane function(s) for integer arithmetic on type t (inputs are t-width bit patterns)."""
     w = TYPE_BITS[t]
@@ -644,6 +657,8 @@ class Program:
                             sbits=[w, w, 2 * w if wide else w])
         if k in ("imul24", "imad24"):
             return lanewise(_int_fn(k, mods, t), 2 if k == "imul24" else 3)
+        if k in ("mstep", "dstep"):              # machine code only (ptx.validator.MACHINE_ONLY)
+            return lanewise(_step_fn(k, w), 2)
         if k == "logic":
             dec = lanewise(_logic_fn(ins.opcode, t), 2)
             if ins.opcode in ("and", "or"):

@@ -46,8 +46,8 @@ from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
-    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "setp", "selp", "mov", "cvt",
-    "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
+    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "setp", "selp",
+    "mov", "cvt", "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
     "bra", "exit", "nop"})
 FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
 UNDEF = "%mq_undef"          # never written: reading it is the interpreter's poison
@@ -156,7 +156,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns,
                   holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers),
-                  checks=dict(em.checks))
+                  checks=dict(em.checks), machine=True)
     validate(in_own_module(out, kernel).module, out.name)
     if stage:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
@@ -428,7 +428,8 @@ def _finish(em, ins, t, value):
 # -------------------------------------------------------------------------- multiply / divide
 
 
-UNROLL = 4          # multiplier bits per iteration of a multiply loop
+UNROLL = 4          # bits per iteration of the 64-bit division loop
+STEP_UNROLL = 8     # machine multiply / divide steps (mstep, dstep) per iteration of their loops
 
 
 def _known(em, x) -> str:
@@ -438,66 +439,52 @@ def _known(em, x) -> str:
 
 
 def _mul_lo(em, w, a, b) -> str:
-    """a * b mod 2^w (w-bit patterns): constants become shifts and adds, else a loop."""
+    """a * b mod 2^w (w-bit patterns): constants become shifts and adds, else multiply steps
+    (64 bits: a_lo b_lo + ((a_lo b_hi + a_hi b_lo) mod 2^32) << 32, three 32 x 32 products)."""
     for x, y in ((a, b), (b, a)):
         y = _known(em, y)
         if y.lstrip("-").isdigit():
             return _mul_const(em, w, x, int(y) & ((1 << w) - 1))
-    return _mul_loop(em, w, _copy(em, w, a), b, w)
+    if w <= 32:
+        return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w))
+    (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
+    ll = _mul_steps(em, _ext(em, 32, al, False, 64), 32, bl, 32)
+    cross = _op(em, 64, "add", _mul_steps(em, _ext(em, 32, al, False, 64), 32, bh, 32),
+                _mul_steps(em, _ext(em, 32, ah, False, 64), 32, bl, 32), "u64")
+    return _op(em, 64, "add", ll, _op(em, 64, "shl", cross, 32), "u64")
 
 
-def _mul_loop(em, w, x, y, wy) -> str:
-    """x * y mod 2^w for a w-bit register x and a wy-bit multiplier y (mul_loops)."""
-    return mul_loops(em, w, [x], y, wy)[0]
+def _low(em, w, r64) -> str:
+    """The low w bits of a 64-bit register (itself when w = 64)."""
+    if w == 64:
+        return r64
+    t = em.tmp(w)
+    em.emit(f"cvt.u{w}.u64 {t}, {r64}")
+    return t
 
 
-def mul_loops(em, w, xs, y, wy, bits=None, from_top=True, unroll=UNROLL, taint=True) -> list[str]:
-    """x * y mod 2^w for each w-bit register x of xs and one wy-bit multiplier y < 2^bits (bits a
-    multiple of unroll, default wy), unroll bits per iteration of a loop on a fresh counter (3 an
-    iteration). from_top: y's bits from the top, acc = 2 acc + (bit ? x : 0) (3 n + 2 steps a
-    bit for n products); else from the bottom, acc += bit ? x : 0 with x doubling (3 n + 3 steps
-    a bit, but acc stays 0 up to y's lowest one: fewer nonzero chunks to send where y has
-    trailing zeros, as a float's significand often has, and y shrinks). A multiplier bit selects
-    (selp), so y's poison reaches acc; x's is added in at the end (x ^ x is 0 or undefined): an
-    undefined x times 0 is undefined (taint=False leaves that out, for a caller that taints its
-    result with every operand itself, as the float routine does)."""
+def _halves(em, x) -> tuple[str, str]:
+    """(low, high) 32-bit halves of a 64-bit register."""
+    lo, hi = em.tmp(32), em.tmp(32)
+    em.emit(f"cvt.u32.u64 {lo}, {x}")
+    em.emit(f"cvt.u32.u64 {hi}, {_op(em, 64, 'shr', x, 32, 'u64')}")
+    return lo, hi
+
+
+def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL) -> str:
+    """A fresh 64-bit register holding x * y exactly, for a 64-bit x < 2^xbits and a multiplier
+    y < 2^bits in a wy-bit register (bits defaults to wy), xbits + bits <= 64: R = y << (64 -
+    bits), then `bits` machine multiply steps `mstep R, R, x` (R = 2 R + (R's top bit ? x : 0)),
+    unroll an iteration. After k steps R = (y << k) << (64 - bits) + x * (y's top k bits): the
+    partial product (< 2^(xbits + k)) grows below y's remaining bits without reaching them, and
+    after all steps it is the whole of R. Each step reads x and R, so an undefined x or y makes
+    the product undefined, as PTX's mul does."""
     bits = bits or wy
-    assert bits % unroll == 0 and bits <= wy
-    yy, p = _copy(em, wy, y), em.tmp(1)
-    if from_top and bits < wy:
-        em.emit(f"shl.b{wy} {yy}, {yy}, {wy - bits}")     # the first bit at the top
-    taints = [_op(em, w, "xor", x, x) for x in xs] if taint and not from_top else []
-    if not from_top:
-        xs = [_copy(em, w, x) for x in xs]                # shifted in place
-    accs, sums = [em.tmp(w) for _ in xs], [em.tmp(w) for _ in xs]    # (sums: every step's)
-    low = sums[0] if wy == w else em.tmp(wy)              # (read before the sums are written)
-    for acc in accs:
-        em.emit(f"mov.b{w} {acc}, 0")
-
-    def step():
-        if from_top:
-            for x, acc, s in zip(xs, accs, sums):
-                em.emit(f"shl.b{w} {acc}, {acc}, 1")
-                em.emit(f"add.u{w} {s}, {x}, {acc}")
-            em.emit(f"setp.lt.s{wy} {p}, {yy}, 0")       # the multiplier's top bit
-        else:
-            em.emit(f"and.b{wy} {low}, {yy}, 1")
-            em.emit(f"setp.ne.b{wy} {p}, {low}, 0")       # the multiplier's low bit
-            for x, acc, s in zip(xs, accs, sums):
-                em.emit(f"add.u{w} {s}, {x}, {acc}")
-        for acc, s in zip(accs, sums):
-            em.emit(f"selp.b{w} {acc}, {s}, {acc}, {p}")
-        if from_top:
-            em.emit(f"shl.b{wy} {yy}, {yy}, 1")
-        else:
-            for x in xs:
-                em.emit(f"shl.b{w} {x}, {x}, 1")
-            em.emit(f"shr.u{wy} {yy}, {yy}, 1")
-    _counted_loop(em, bits // unroll, lambda: [step() for _ in range(unroll)])
-    if taint:
-        for k, (x, acc) in enumerate(zip(xs, accs)):
-            em.emit(f"add.u{w} {acc}, {acc}, {_op(em, w, 'xor', x, x) if from_top else taints[k]}")
-    return accs
+    assert xbits + bits <= 64 and bits <= wy and bits % unroll == 0
+    r = _ext(em, wy, y, False, 64)
+    em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
+    _counted_loop(em, bits // unroll, lambda: [em.emit(f"mstep.b64 {r}, {r}, {x}") for _ in range(unroll)])
+    return r
 
 
 def _mul_const(em, w, x, k) -> str:
@@ -518,7 +505,7 @@ def _mul_wide(em, w, a, b, signed) -> str:
     ka, kb = _known(em, a), _known(em, b)
     if ka.lstrip("-").isdigit() or kb.lstrip("-").isdigit():
         return _mul_lo(em, 2 * w, _ext(em, w, ka, signed, 2 * w), _ext(em, w, kb, signed, 2 * w))
-    acc = _mul_loop(em, 2 * w, _ext(em, w, a, False, 2 * w), b, w)
+    acc = _low(em, 2 * w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w))
     if signed:
         for u, v in ((a, b), (b, a)):
             neg = _setp(em, "lt", f"s{w}", u, 0)
@@ -546,7 +533,7 @@ def _mul_full(em, w, a, b, signed) -> tuple[str, str]:
         em.emit(f"cvt.u32.u64 {hi32}, {t}")
 
     def wide(x, y):
-        return _mul_loop(em, 64, _ext(em, 32, x, False, 64), y, 32)
+        return _mul_steps(em, _ext(em, 32, x, False, 64), 32, y, 32)
     ll, lh, hl, hh = wide(al, bl), wide(al, bh), wide(ah, bl), wide(ah, bh)
     # low = ll + (lh << 32) + (hl << 32); carries into high
     lo = _copy(em, 64, ll)
@@ -621,12 +608,13 @@ def _bits24(em, x, signed) -> str:
 
 def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
     """(a / b, a % b) of unsigned w-bit values (b == 0 handled by callers): binary long division,
-    a bit a step, UNROLL steps an iteration of a loop on a fresh counter. Step k shifts the
+    a bit a step, in a loop on a fresh counter. Step k shifts the
     dividend's next bit into the remainder r; where r >= b it subtracts b and the quotient bit
     is 1. r never overflows: after k steps r = (a's top k bits) mod b < 2^k, so before the last
     shift r < 2^(w-1). w <= 32: r and the dividend share one 2w-bit register RX = r << w | x, so
     one shift moves the bit, and subtracting (b << w) - 1 also sets the quotient bit that
-    entered x's bottom: after w steps RX = remainder << w | quotient (4 steps a bit). w = 64: r
+    entered x's bottom: after w steps RX = remainder << w | quotient (one machine step a bit,
+    dstep, STEP_UNROLL an iteration). w = 64: r
     apart, the quotient shifting into the dividend's register (9 a bit; 7 for the remainder
     alone, `quotient=False`, which returns (None, remainder))."""
     if w <= 32:
@@ -634,14 +622,10 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
         rx = _ext(em, w, a, False, W)
         bb = _op(em, W, "shl", _ext(em, w, b, False, W), w)
         bm = _op(em, W, "sub", bb, 1, f"u{W}")
-        less, take = em.tmp(W), em.tmp(1)           # every step's
-
-        def step():
-            em.emit(f"shl.b{W} {rx}, {rx}, 1")
-            em.emit(f"setp.ge.u{W} {take}, {rx}, {bb}")
-            em.emit(f"sub.u{W} {less}, {rx}, {bm}")
-            em.emit(f"selp.b{W} {rx}, {less}, {rx}, {take}")
-        _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
+        # one machine divide step a bit: dstep RX, RX, bm is RX = 2 RX, less bm where RX >= bm
+        # (2 RX is even and bm = (b << w) - 1 odd: RX >= bm exactly where RX >= b << w)
+        _counted_loop(em, w // STEP_UNROLL,
+                      lambda: [em.emit(f"dstep.b{W} {rx}, {rx}, {bm}") for _ in range(STEP_UNROLL)])
         q, r = em.tmp(w), em.tmp(w)
         em.emit(f"cvt.u{w}.u{W} {q}, {rx}")
         em.emit(f"cvt.u{w}.u{W} {r}, {_op(em, W, 'shr', rx, w, f'u{W}')}")

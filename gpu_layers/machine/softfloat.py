@@ -604,6 +604,9 @@ def _emit_quotient(B, Wd, r, f):
     steps = F.mbits + 4
     # a / b = (x / y) * 2^(ex - ey), and x * 2^(steps - 1) / y has steps - 1 or steps bits
     em.emit(f"sub.s32 {f.ep}, {B.sub(32, ex, ey)}, {steps}")
+    if F is F32:
+        _f32_quotient(B, Wd, f, x, y, binf, steps)
+        return
     rem, q, cnt = em.tmp(w), em.tmp(w), em.tmp(32)
     em.emit(f"selp.b{w} {rem}, 0, {x}, {binf}")                        # x / inf is 0
     em.emit(f"mov.b{w} {q}, 0")
@@ -620,6 +623,28 @@ def _emit_quotient(B, Wd, r, f):
     em.emit(f"@{more} bra {top}")
     sticky = B.sel(w, 1, 0, B.setp("ne", f"b{w}", rem, 0))
     Wd.set_from(f.P, B.or_(w, B.shl(w, q, 1), sticky), w)
+
+
+F32_QUOTIENT_UNROLL = 9    # divide steps a turn of binary32's quotient loop (27 bits: 3 turns)
+
+
+def _f32_quotient(B, Wd, f, x, y, binf, steps):
+    """binary32's 27 quotient bits with machine divide steps: remainder and quotient share one
+    64-bit register R = rem << steps | q, and `dstep R, R, (y << steps) - 1` shifts R and, where
+    rem >= y, subtracts y and sets the new quotient bit (2 R is even, the subtrahend odd: the
+    compare is rem >= y). R starts at x << (steps - 1), so the first step compares x itself; rem <
+    2y < 2^25 throughout, so R stays below 2^52."""
+    from .lower import _counted_loop     # (lower imports this module)
+    em = B.em
+    r = em.tmp(64)
+    em.emit(f"cvt.u64.u32 {r}, {B.sel(32, 0, x, binf)}")              # x / inf is 0
+    em.emit(f"shl.b64 {r}, {r}, {steps - 1}")
+    d = B.sub(64, B.shl(64, B.cvt(64, 32, y), steps), 1)
+    _counted_loop(em, steps // F32_QUOTIENT_UNROLL,
+                  lambda: [em.emit(f"dstep.b64 {r}, {r}, {d}") for _ in range(F32_QUOTIENT_UNROLL)])
+    q = B.cvt(32, 64, B.and_(64, r, (1 << steps) - 1))
+    sticky = B.sel(32, 1, 0, B.setp("ne", "b64", B.shr(64, r, steps), 0))
+    Wd.set_from(f.P, B.or_(32, B.shl(32, q, 1), sticky), 32)
 
 
 def _emit_root(B, Wd, r, f):
@@ -663,7 +688,7 @@ def _emit_root(B, Wd, r, f):
     Wd.set(f.P, Wd.or_low(Wd.shl(res, 1), sticky))
 
 
-F64_PRODUCT_UNROLL = 2     # multiplier bits a turn of binary64's loops (4 makes f64_round_modes 1,030 PCs)
+F64_PRODUCT_UNROLL = 4     # multiply steps a turn of binary64's product loops (28 bits: 7 turns)
 
 
 def _emit_product(B, Wd, r, f):
@@ -682,16 +707,14 @@ def _emit_product(B, Wd, r, f):
     em.emit(f"or.pred {f.pinf}, {ainf}, {binf}")
     em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
     _nan_value(B, f, F, [r.b, r.c, r.a])        # DFMA: b's NaN, then c's, then a's
-    from .lower import _counted_loop, mul_loops     # (lower imports this module)
+    from .lower import _counted_loop, _mul_steps     # (lower imports this module)
 
-    # (taint=False: the routine's result is tainted with every operand at the end)
-    if F is F32:                        # 24 x 24 bits: one 64-bit register, b's bits from the bottom
-        Wd.set(f.P, mul_loops(em, 64, [B.cvt(64, 32, ma)], mb, 32, bits=F.mbits + 1, from_top=False,
-                              taint=False)[0])
+    if F is F32:                        # 24 x 24 bits: 24 machine multiply steps in one 64-bit register
+        Wd.set(f.P, _mul_steps(em, B.cvt(64, 32, ma), F.mbits + 1, mb, 32, bits=F.mbits + 1))
         return
     # 53 x 53 bits from 27-bit halves, b's high half first: P = (P << 27) + a * half, where
-    # a * half = al * half + (ah * half << 27) (two products < 2^54 from one loop over the half's
-    # bits); one pass of code run twice, so the routine stays short (the program holds 1,024 PCs)
+    # a * half = al * half + (ah * half << 27) (two products of 27 x 28 bits, machine multiply
+    # steps); one pass of code run twice, so the routine stays short (the program holds 1,024 PCs)
     half = (1 << 27) - 1
     al, ah = B.and_(64, ma, half), B.shr(64, ma, 27)
     cur = em.tmp(64)
@@ -699,8 +722,7 @@ def _emit_product(B, Wd, r, f):
     Wd.set(f.P, 0)
 
     def one_half():
-        lo, hi = mul_loops(em, 64, [al, ah], cur, 64, bits=28, from_top=False, unroll=F64_PRODUCT_UNROLL,
-                           taint=False)
+        lo, hi = (_mul_steps(em, x, 27, cur, 64, bits=28, unroll=F64_PRODUCT_UNROLL) for x in (al, ah))
         Wd.set(f.P, Wd.add(Wd.shl(f.P, 27), Wd.add(Wd.from_(lo, 64), Wd.shl(Wd.from_(hi, 64), 27))))
         em.emit(f"and.b64 {cur}, {mb}, {half}")
     _counted_loop(em, 2, one_half)

@@ -193,6 +193,9 @@ class Kernel:
     # machine code only (gpu_layers/machine/word_memory.fault_where): index -> what the lowering's
     # deliberate fault there means (a load from address 0 where a check fails)
     checks: dict = field(default_factory=dict)
+    # machine code (gpu_layers/machine/lower.py's output): it may use the machine's own instructions
+    # (ptx.validator.MACHINE_ONLY), which PTX does not have
+    machine: bool = False
     module: object = field(default=None, repr=False, compare=False)   # the enclosing Module
 
     def reg_types(self) -> dict:

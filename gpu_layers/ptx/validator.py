@@ -105,6 +105,9 @@ def _build():
         _add(f"bfind.{t}", "bfind", "d,s")
         _add(f"bfind.shiftamt.{t}", "bfind", "d,s")
         _add(f"bfe.{t}", "bfe", "d,s,s,s")
+    for t in BITS:                  # machine code only (MACHINE_ONLY): the ALU's multiply and divide steps
+        _add(f"mstep.{t}", "mstep", "d,s,s")
+        _add(f"dstep.{t}", "dstep", "d,s,s")
     _add("prmt.b32", "prmt", "d,s,s,s")
     _add("lop3.b32", "lop3", "d,s,s,s,s")
     for op in ("add", "sub"):
@@ -280,6 +283,13 @@ _REASONS = {
 }
 
 
+# The machine's own instructions (gpu_layers/craft/blocks/alu.py, docs/machine.md §17): the lowering
+# writes them into machine code (Kernel.machine); in PTX they are refused like any unknown opcode.
+#   mstep.bW d, a, b    d = 2a + (a's bit W-1 ? b : 0)           one step of a multiply
+#   dstep.bW d, a, b    t = 2a; d = t >= b ? t - b : t (unsigned)  one step of a restoring division
+MACHINE_ONLY = frozenset(n for n, f in SUPPORTED.items() if f.kind in ("mstep", "dstep"))
+
+
 def instruction_problem(ins) -> str | None:
     """None if the machine supports `ins` (form and operand shapes), else a one-line reason."""
     form = SUPPORTED.get(ins.name)
@@ -380,6 +390,10 @@ def validate_kernel(module: Module, kernel: Kernel) -> list[str]:
             regtypes[n] = d.type
     varnames = {v.name for v in module.vars} | {v.name for v in kernel.vars} | {p.name for p in kernel.params}
     for ins in kernel.instructions:
+        if ins.name in MACHINE_ONLY and not kernel.machine:
+            problems.append(f"line {ins.line}: instruction `{ins.name}` is not supported (it is qwenGPU's "
+                            "machine instruction, not PTX)")
+            continue
         pr = instruction_problem(ins)
         if pr:
             problems.append(pr)

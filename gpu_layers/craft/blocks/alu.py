@@ -33,6 +33,10 @@ u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definiti
   zext8/16/32     r = a's low 8/16/32 bits zero-extended to w (cvt.u32.u8 of a 16-bit register, ...)
   clz             r = the leading zeros of w-bit a (w for 0): PTX clz.b32 / clz.b64 (a count < 2^7,
                   so the 32-bit destination of clz.b64 receives it whole)
+  mstep           r = 2a + (a's bit w-1 ? b : 0): one step of a multiply whose multiplier rides in
+                  a's high bits above the accumulator (machine code only, docs/machine.md §17)
+  dstep           t = 2a; r = t >= b ? t - b : t (unsigned): one step of a restoring division
+                  whose remainder and quotient share a (machine code only)
 
 Construction (all steps are threshold steps of `circuit.Step`; every unit's last steps are gated by
 `op` and the width mask, so the result mux costs no stage; a step may write many dims at once)
@@ -57,6 +61,11 @@ Construction (all steps are threshold steps of `circuit.Step`; every unit's last
            and, or, xor from S_i = a_i + b'_i + c_i (c = 0 for the logic ops) as
            [S >= 1 + and] - [S >= 2 : xor/add/sub] + [S >= 3 : add/sub]; not_a
 
+The two step ops run on the adder: its first operand is `aa` (stage 1: a, or 2a for the step
+ops), its second b, ~b (dstep) or b masked by a's top bit (mstep: b - nb); stage 1 adds their chunk
+generate/propagate (gpd, gpm: a's bits read one place up), stage 2 their chunk carries and dstep's
+compare ge, stage 3 routes 2a into y when dstep's t < b (`dge` = dstep and ge enables the sum).
+
 Thresholds with sums of up to 2^8 (chunk carries, compares) make stages 1-3 exact in fp32 only
 (`Compiled.bf16_unsafe()` names them); the shifter alone would be bf16-safe.
 """
@@ -71,7 +80,7 @@ ALU_OPS = ("mov_a", "add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "
            "setp_eq", "setp_ne", "setp_lt_u", "setp_lt_s", "setp_le_u", "setp_le_s",
            "setp_gt_u", "setp_gt_s", "setp_ge_u", "setp_ge_s",
            "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32",
-           "zext8", "zext16", "zext32", "clz")
+           "zext8", "zext16", "zext32", "clz", "mstep", "dstep")
 ALU_WIDTHS = (16, 32, 64)
 N = 64
 CHUNK = 8
@@ -86,6 +95,7 @@ TOPS = ("add", "sub", "and", "or", "xor")
 MOVES = ("mov_a", "zext", "sext8", "sext16", "sext32", "zext8", "zext16", "zext32")
 SELB = ("selp", "min_u", "min_s", "max_u", "max_s")
 SIGNED = ("min_s", "max_s", "setp_lt_s", "setp_le_s", "setp_gt_s", "setp_ge_s")
+STEPS = ("mstep", "dstep")
 SEXT = {"sext8": 8, "sext16": 16, "sext32": 32}
 ZEXT = {"zext8": 8, "zext16": 16, "zext32": 32}
 
@@ -148,6 +158,11 @@ def alu_ref(op, width, a: int, b: int, p: int) -> tuple[int, int]:
         r = a & ((1 << ZEXT[op]) - 1)
     elif op == "clz":
         r = w - x.bit_length()
+    elif op == "mstep":
+        r = (x << 1) + (y if x >> (w - 1) else 0)
+    elif op == "dstep":
+        t = (x << 1) & M
+        r = t - y if t >= y else t
     else:
         raise AssertionError(op)
     return r & M, 0
@@ -249,6 +264,11 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     gpw = s1.field(new("gpw", "bits", 2 * len(ALU_WIDTHS)))
     andb = s1.field(new("andb", "bits", N))
     clzt = s1.field(new("clzt", "bits", N))
+    gpd = s1.field(new("gpd", "bits", 2 * NCH))
+    gpm = s1.field(new("gpm", "bits", 2 * NCH))
+
+    def T(i) -> Lin:                # the step ops' first operand 2a, bit i
+        return A(i - 1) if i else Lin()
     for v in range(4):              # coarse digit: amount bits 4, 5 -> shift 16 v
         m = match((4, 5), v)
         for i in range(16 * v, N):
@@ -284,14 +304,25 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s = chunk_sum(SIGN_CHUNK[w], True, flip=True)
         s1.step(s - (full - 0.5), 0.5, [(gpw, 2 * k, 1.0)])
         s1.step(s - (full - 1.5), 0.5, [(gpw, 2 * k + 1, 1.0)])
+    for d in range(NCH):            # dstep: 2a + ~b + 1
+        s = lsum(float(1 << j) * (T(CHUNK * d + j) + 1.0 - B(CHUNK * d + j)) for j in range(CHUNK))
+        s1.step(s - (full - 0.5), 0.5, [(gpd, 2 * d, 1.0)])
+        s1.step(s - (full - 1.5), 0.5, [(gpd, 2 * d + 1, 1.0)])
+    for w in ALU_WIDTHS:            # mstep: 2a + b when a's bit w-1 is set, else 2a (which never generates)
+        for d in range(w // CHUNK):
+            s = lsum(float(1 << j) * (T(CHUNK * d + j) + B(CHUNK * d + j)) for j in range(CHUNK))
+            s1.step(s - (full - 0.5), 0.5, [(gpm, 2 * d, 1.0)], [O("mstep"), W(w), A(w - 1)])
+            s1.step(s - (full - 1.5), 0.5, [(gpm, 2 * d + 1, 1.0)], [O("mstep"), W(w), A(w - 1)])
+            s = lsum(float(1 << j) * T(CHUNK * d + j) for j in range(CHUNK))
+            s1.step(s - (full - 1.5), 0.5, [(gpm, 2 * d + 1, 1.0)], [O("mstep"), W(w), 1.0 - A(w - 1)])
     for i in range(N):
-        s1.step(B(i) - 0.5, 0.5, [(andb, i, 1.0)], [O("sub")])
+        s1.step(B(i) - 0.5, 0.5, [(andb, i, 1.0)], [O("sub", "dstep")])
     for k in range(N):              # clz: t_k = [a >> k == 0]
         s1.step(0.5 - lsum(A(i) for i in range(k, N)), 0.5, [(clzt, k, 1.0)], [O("clz")])
     st1 = s1.build()
 
-    def bp(i) -> Lin:               # b' = b xor sub (exact 0/1)
-        return B(i) + O("sub") - 2.0 * andb.bit(i)
+    def bp(i) -> Lin:               # b' = b xor sub (exact 0/1), b masked by a's top bit for mstep
+        return B(i) + O("sub", "dstep") - 2.0 * andb.bit(i) - nb.bit(i)
 
     # ---- stage 2 -------------------------------------------------------------------------
     s2 = _Stage(c, f"{name}_s2")
@@ -300,6 +331,16 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     carry = s2.field(new("carry", "bits", NCH - 1))
     q = s2.field(out_field(c, f"{name}_q", enc, 1))
     pa = s2.field(new("pa", "bits", 1))
+    ge = s2.field(new("ge", "bits", 1))
+    aa = s2.field(new("aa", "bits", N))
+    nb = s2.field(new("nb", "bits", N))
+    for i in range(N):              # the adder's first operand: a, or 2a for the step ops
+        s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS)])
+        if i:
+            s2.step(A(i - 1) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS)])
+    for w in ALU_WIDTHS:            # mstep: b's bits where a's bit w-1 is 0 (subtracted from b)
+        for i in range(w):
+            s2.step(B(i) - A(w - 1) - 0.5, 0.5, [(nb, i, 1.0)], [O("mstep"), W(w)])
     for v in range(4):              # fine digit: shift v
         for i in range(v, N):
             s2.step(x1.bit(i - v) - 0.5, 0.5, [(x2, i, 1.0)], [dfine.hot(v)])
@@ -320,6 +361,10 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     for cc in range(1, NCH):
         s2.step(lex(gpa, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("add")])
         s2.step(lex(gps, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("sub")])
+        s2.step(lex(gpd, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("dstep")])
+        s2.step(lex(gpm, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("mstep")])
+    for w in ALU_WIDTHS:            # dstep: 2a >= b at width w (a carry out of chunk w/8 - 1)
+        s2.step(lex(gpd, w // CHUNK, 1.0), 1.0, [(ge, 0, 1.0)], [O("dstep"), W(w)])
     # a - b in sub mode: L = lex over all chunks; a < b iff L <= -1, a == b iff L == 1, a > b iff L >= 3
     L_u = lex(gps, NCH, 1.0)
     L_s = {w: lex(gps, NCH, 1.0, (SIGN_CHUNK[w], gpw, k)) for k, w in enumerate(ALU_WIDTHS)}
@@ -350,6 +395,10 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     s3 = _Stage(c, f"{name}_s3")
     y = s3.field(new("y", "bits", N))
     cbit = s3.field(new("cbit", "bits", NCH * (CHUNK - 1)))
+    dge = s3.field(new("dge", "bits", 1))
+    s3.step(ge.bit(0) - 0.5, 0.5, [(dge, 0, 1.0)], [O("dstep")])
+    for i in range(1, N):           # dstep with 2a < b: r = 2a, through y
+        s3.step(A(i - 1) - 0.5, 0.5, [(y, i, 1.0)], [O("dstep"), 1.0 - ge.bit(0)])
     for v in range(4):              # mid digit: shift 4 v
         for i in range(4 * v, N):
             s3.step(x2.bit(i - 4 * v) - 0.5, 0.5, [(y, i, 1.0)], [dmid.hot(v)])
@@ -367,14 +416,14 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             bit = lsum((-1.0) ** (m + 1) * clzt.bit(w - m * (1 << j)) for m in range(1, w // (1 << j) + 1))
             s3.step(bit - 0.5, 0.5, [(y, j, 1.0)], [O("clz"), W(w)])
 
-    def chunk_carry(ch) -> Lin:     # carry into chunk ch (0/1; 0 unless add/sub)
-        return O("sub") if ch == 0 else carry.bit(ch - 1)
+    def chunk_carry(ch) -> Lin:     # carry into chunk ch (0/1; 0 unless add/sub or a step op)
+        return O("sub", "dstep") if ch == 0 else carry.bit(ch - 1)
     for ch in range(NCH):
         for pp in range(1, CHUNK):
             lo = CHUNK * ch
-            Lp = lsum(float(1 << j) * (A(lo + j) + bp(lo + j)) for j in range(pp))
+            Lp = lsum(float(1 << j) * (aa.bit(lo + j) + bp(lo + j)) for j in range(pp))
             s3.step(Lp + chunk_carry(ch) - (float(1 << pp) - 0.5), 0.5,
-                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH)])
+                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH, *STEPS)])
     st3 = s3.build()
 
     def cin_bit(i) -> Lin:          # carry into bit i (add/sub only)
@@ -384,14 +433,15 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     # ---- stage 4 -------------------------------------------------------------------------
     s4 = _Stage(c, f"{name}_s4")
     r = s4.field(out_field(c, f"{name}_r", enc, N))
-    normal = O("shl", "clz", *MOVES, *SELB)
+    normal = O("shl", "clz", "dstep", *MOVES, *SELB)
+    summed = dge.bit(0) + O("mstep")               # the step ops whose result is the adder's
     for i in range(N):
         s4.step(y.bit(i) - 0.5, 0.5, [(r, i, 1.0)], [normal, allow(i)])
         s4.step(y.bit(N - 1 - i) - 0.5, 0.5, [(r, i, 1.0)], [O(*SHR), allow(i)])
-        S = A(i) + bp(i) + cin_bit(i)
-        s4.step(S - 0.5 - O("and"), 0.5, [(r, i, 1.0)], [O(*TOPS), allow(i)])
-        s4.step(S - 1.5, 0.5, [(r, i, -1.0)], [O("xor", *ARITH), allow(i)])
-        s4.step(S - 2.5, 0.5, [(r, i, 1.0)], [O(*ARITH), allow(i)])
+        S = aa.bit(i) + bp(i) + cin_bit(i)
+        s4.step(S - 0.5 - O("and"), 0.5, [(r, i, 1.0)], [O(*TOPS) + summed, allow(i)])
+        s4.step(S - 1.5, 0.5, [(r, i, -1.0)], [O("xor", *ARITH) + summed, allow(i)])
+        s4.step(S - 2.5, 0.5, [(r, i, 1.0)], [O(*ARITH) + summed, allow(i)])
         s4.step(0.5 - A(i), 0.5, [(r, i, 1.0)], [O("not_a"), allow(i)])
     st4 = s4.build()
 
