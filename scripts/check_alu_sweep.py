@@ -1,6 +1,6 @@
 """The long exactness sweep of the one-lane integer ALU block (gpu_layers.craft.blocks.alu), compiled
 for the tiny host's shapes or Qwen3.5-2B's and driven through stock transformers: ROWS random rows
-per op and width plus every edge pair (115,848 rows at the default 1,000), in one prefill (the
+per op and width plus every edge pair (125,376 rows at the default 1,000), in one prefill (the
 chunked path) and the first DECODE of them token by token with the cache (the recurrent path),
 fp32. Prints a table (path, rows, wrong rows, outputs outside the 0.25 margin, seconds); exits 1
 on any wrong row. tests/test_craft_alu.py checks 64 rows per op and width in CI.

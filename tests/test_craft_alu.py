@@ -197,7 +197,7 @@ def test_exact_with_dual_and_memory_read_operands():
     _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": (32, 2048)}), "dual/rail3")
 
 
-# The long sweep (1,000 random rows per op and width, 115,848 rows with the edges, in prefill and
+# The long sweep (1,000 random rows per op and width, 125,376 rows with the edges, in prefill and
 # 8,192 token by token: about 4 minutes) is scripts/check_alu_sweep.py.
 
 
