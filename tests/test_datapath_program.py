@@ -96,7 +96,7 @@ def test_the_check_fails_on_a_wrong_program():
         "imm": (lambda o: o.b == SRC_IMM and o.op in ("add", "and", "shl"), lambda o: dict(imm=o.imm ^ 1)),
         "selp": (lambda o: o.op == "selp", lambda o: dict(op="mov_a", b=SRC_NONE, p=None)),
         "guard": (lambda o: o.guard is not None, lambda o: dict(gneg=not o.gneg)),
-        "width": (lambda o: o.op == "shl" and o.width == 32, lambda o: dict(width=16)),
+        "width": (lambda o: o.op == "dstep" and o.width == 64, lambda o: dict(width=32)),
     }
     for key, (want, change) in picks.items():
         failed = False

@@ -19,7 +19,8 @@ from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import launch, launch_args, module_for
 from gpu_layers.machine import lower
 from gpu_layers.machine import memory_map as MM
-from gpu_layers.machine.core import CoreError, check_core, core_circuit, launch_tokens, prompt_tokens, run_core
+from gpu_layers.machine.core import (CoreError, check_core, core_circuit, launch_tokens, machine_kernel, prompt_tokens,
+                                     run_core)
 from gpu_layers.machine.datapath_program import datapath_program, register_slots
 from gpu_layers.machine.regalloc import allocate
 from gpu_layers.suite import load_suite
@@ -250,7 +251,7 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
                 n, worst = blank_rails(st)
                 assert worst == 0.0, (p, worst)
                 blanks += n
-    assert step + 1 == len(snaps) and checked > 500 and blanks > 0 and threads == set(range(c.block[0]))
+    assert step + 1 == len(snaps) and checked > 400 and blanks > 0 and threads == set(range(c.block[0]))
     dec = MM.decode_dump(want, lay, {i: args[i] for i in _outputs(c)})
     ref = _reference(c)
     for i in _outputs(c):
@@ -308,13 +309,15 @@ def test_its_state_holds_the_interpreters_memory_after_every_step(core):
 
 
 def test_core_runs_a_program_past_512_machine_instructions(core):
-    """f2i_rounding (float-to-integer conversions in every rounding mode: 524 machine
+    """local_sort (a per-lane local array sorted in shared-memory frames: 627 machine
     instructions, the code past PC 512 runs), one block of 4 threads: the model generates the
     trace and the dump; every program memory reads its fifth bank; the outputs equal the original
     kernel's on the interpreter."""
     fm, ids = core
-    c, mk, args = _case("f2i_rounding")
+    c, _, args = _case("local_sort")
     grid, block = (1, 1, 1), (4, 1, 1)
+    mk, grid, block = machine_kernel(module_for(c.ptx()).kernel(c.kernel), grid, block, args)
+    assert len(mk.instructions) > 600
     prompt, want, lay, _ = launch_tokens(mk, grid, block, args, _outputs(c), c.dynamic_shared_bytes)
     assert any(t.startswith("<wi ") and int(t.split()[2]) >= 512 for t in want)
     got, bad = run_core(fm, ids, prompt, want)

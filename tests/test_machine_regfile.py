@@ -308,7 +308,7 @@ def test_real_kernels_fast_executor_match_the_interpreter_after_every_step(rf):
         total["overwrites"] += overwrites
         last = checks[len(ids) - 1]
         total["threads"] = max(total["threads"], len({t for (t, _), v in last.items() if v is not None}))
-    assert total["checks"] > 5000 and total["blocks"] >= 3 and total["threads"] == 16
+    assert total["checks"] > 2000 and total["blocks"] >= 3 and total["threads"] == 16
     assert total["widths"] == {1, 16, 32, 64}
     assert total["overwrites"] > 0          # poison replaced defined values (divmod_s32)
 

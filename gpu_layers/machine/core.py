@@ -204,8 +204,10 @@ def machine_kernel(kernel, grid, block, args=()):
     when that needs more register-file slots than there are, the fewest invariants live across
     float routines' calls that make it fit (constants, parameters, %tid.x and short pure chains of
     them, the cheapest first) are computed again after those calls or before their readers
-    (gpu_layers.machine.remat) and the kernel allocated again; when the code is longer than the program memory (PCS), the float conversions become
-    calls of routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
+    (gpu_layers.machine.remat) and the kernel allocated again. The machine's multiply and divide
+    steps are written out (lower's straight_steps) unless the code is then longer than the program
+    memory (PCS); then they loop, and if it is still longer, the float conversions become calls of
+    routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
     word would be out of range where the byte is not)."""
@@ -228,8 +230,10 @@ def machine_kernel(kernel, grid, block, args=()):
     warps = -(-block[0] // 32)
     if warps > 1:
         _check_several_warps(flat, block[0])
-    code = lower(flat, one_warp=True, warps=warps)
-    if len(code.instructions) > PCS:          # conversions as routines: fewer PCs, more steps
+    code = lower(flat, one_warp=True, warps=warps, straight_steps=True)
+    if len(code.instructions) > PCS:          # multiply / divide steps in loops: fewer PCs, more steps
+        code = lower(flat, one_warp=True, warps=warps)
+    if len(code.instructions) > PCS:          # conversions as routines too
         code = lower(flat, one_warp=True, warps=warps, cvt_routines=True)
     mk, _ = allocate(code)
     if _slots_needed(mk) > R.REGS:            # invariants computed again after calls instead

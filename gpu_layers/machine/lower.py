@@ -92,7 +92,8 @@ def machine_problems(kernel) -> list[str]:
             for ins in kernel.instructions if not _is_machine_form(ins) and _expansion(ins) is None]
 
 
-def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False) -> Kernel:
+def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
+          straight_steps: bool = False) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -102,6 +103,9 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     warp, are written out and hold the turn (Kernel.holds: the same warp takes the next step). `cvt_routines`: float-to-integer
     and f64-to-f32 conversions call one routine each with the mode in a register
     (gpu_layers.machine.cvt_routines: fewer instructions, more steps) instead of inline code.
+    `straight_steps`: the machine's multiply and divide steps written out one after another
+    instead of in counted loops (no counter steps, more instructions: for programs that fit)
+    where they run often: in the float routines and inside the source's loops.
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -111,6 +115,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         raise UnsupportedPTX(problems)
     kernel = generic_as_global(kernel)
     em = _Emitter(kernel, one_warp)
+    em.straight = straight_steps
+    em.looped = _in_loops(kernel)
     em.warps = warps
     em.cvt_routines = cvt_routines
     frames = word_memory.local_frames(kernel) if one_warp else None
@@ -142,6 +148,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         ends = last is not None and SUPPORTED[last.name].kind == "exit" and last.guard is None
         if not ends or starts[-1] in {starts[i] for i in kernel.labels.values()}:
             em.emit("ret")          # nothing falls or branches into the routine
+        em.index = None             # routine code: shared by every call
         softfloat.emit_routines(em)
     labels = {name: starts[i] for name, i in kernel.labels.items()}
     labels.update(em.labels)
@@ -200,6 +207,8 @@ class _Emitter:
 
     def __init__(self, kernel, one_warp=False):
         self.one_warp = one_warp
+        self.straight = False       # multiply / divide steps written out (lower's straight_steps)
+        self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
         self.source = None          # the source instruction being expanded
@@ -483,8 +492,20 @@ def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL) -> str:
     assert xbits + bits <= 64 and bits <= wy and bits % unroll == 0
     r = _ext(em, wy, y, False, 64)
     em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
-    _counted_loop(em, bits // unroll, lambda: [em.emit(f"mstep.b64 {r}, {r}, {x}") for _ in range(unroll)])
+    machine_steps(em, bits, unroll, lambda: em.emit(f"mstep.b64 {r}, {r}, {x}"))
     return r
+
+
+def machine_steps(em, n, unroll, step):
+    """step() n times: written out when the kernel is lowered with straight_steps and the code
+    runs often (a float routine, or a source instruction inside a loop: written out once, the
+    counter's steps saved at every run), else in a counted loop of unroll steps an iteration (n a
+    multiple of unroll)."""
+    if em.straight and (em.index is None or em.index in em.looped):
+        for _ in range(n):
+            step()
+        return
+    _counted_loop(em, n // unroll, lambda: [step() for _ in range(unroll)])
 
 
 def _mul_const(em, w, x, k) -> str:
@@ -624,8 +645,7 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
         bm = _op(em, W, "sub", bb, 1, f"u{W}")
         # one machine divide step a bit: dstep RX, RX, bm is RX = 2 RX, less bm where RX >= bm
         # (2 RX is even and bm = (b << w) - 1 odd: RX >= bm exactly where RX >= b << w)
-        _counted_loop(em, w // STEP_UNROLL,
-                      lambda: [em.emit(f"dstep.b{W} {rx}, {rx}, {bm}") for _ in range(STEP_UNROLL)])
+        machine_steps(em, w, STEP_UNROLL, lambda: em.emit(f"dstep.b{W} {rx}, {rx}, {bm}"))
         q, r = em.tmp(w), em.tmp(w)
         em.emit(f"cvt.u{w}.u{W} {q}, {rx}")
         em.emit(f"cvt.u{w}.u{W} {r}, {_op(em, W, 'shr', rx, w, f'u{W}')}")
@@ -647,6 +667,17 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
             em.emit(f"selp.b{w} {x}, {less}, {x}, {take}")
     _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
     return (x if quotient else None), r
+
+
+def _in_loops(kernel) -> set:
+    """Indices of the source instructions between a backward branch's target and the branch."""
+    out = set()
+    for j, ins in enumerate(kernel.instructions):
+        if ins.opcode == "bra" and ins.operands:
+            t = kernel.labels.get(str(ins.operands[-1]))
+            if t is not None and t <= j:
+                out.update(range(t, j + 1))
+    return out
 
 
 def _counted_loop(em, n, body):

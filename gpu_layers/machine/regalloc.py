@@ -26,9 +26,9 @@ entry rule every set of registers live at one point is a clique, so the most reg
 live at once (`bound`, liveness.py's measure) is a lower bound on that pool's count; so is
 `floor`, the same over what is live after each instruction plus what it writes (a write nothing
 reads still needs a register). Greedy coloring in program order of first appearance (then DSATUR,
-then reverse order, if it misses the floor) reaches the floor on every lowered suite case.
-Without live-range splitting the floor is not always reachable: the interference graph of
-registers that are rewritten (not SSA) need not be chordal (the original, unlowered grid_stride
+then reverse order, if it misses the floor) reaches the floor on every lowered suite case but
+one. Without live-range splitting the floor is not always reachable: the interference graph of
+registers that are rewritten (not SSA) need not be chordal (grid_stride, original or lowered,
 needs 13 32-bit registers for a maximum of 12 live).
 
 Two more rules keep a destination out of a source's machine register where one instruction could

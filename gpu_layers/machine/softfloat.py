@@ -634,14 +634,13 @@ def _f32_quotient(B, Wd, f, x, y, binf, steps):
     rem >= y, subtracts y and sets the new quotient bit (2 R is even, the subtrahend odd: the
     compare is rem >= y). R starts at x << (steps - 1), so the first step compares x itself; rem <
     2y < 2^25 throughout, so R stays below 2^52."""
-    from .lower import _counted_loop     # (lower imports this module)
+    from .lower import machine_steps     # (lower imports this module)
     em = B.em
     r = em.tmp(64)
     em.emit(f"cvt.u64.u32 {r}, {B.sel(32, 0, x, binf)}")              # x / inf is 0
     em.emit(f"shl.b64 {r}, {r}, {steps - 1}")
     d = B.sub(64, B.shl(64, B.cvt(64, 32, y), steps), 1)
-    _counted_loop(em, steps // F32_QUOTIENT_UNROLL,
-                  lambda: [em.emit(f"dstep.b64 {r}, {r}, {d}") for _ in range(F32_QUOTIENT_UNROLL)])
+    machine_steps(em, steps, F32_QUOTIENT_UNROLL, lambda: em.emit(f"dstep.b64 {r}, {r}, {d}"))
     q = B.cvt(32, 64, B.and_(64, r, (1 << steps) - 1))
     sticky = B.sel(32, 1, 0, B.setp("ne", "b64", B.shr(64, r, steps), 0))
     Wd.set_from(f.P, B.or_(32, B.shl(32, q, 1), sticky), 32)
