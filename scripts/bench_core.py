@@ -18,9 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.interp import launch_args, module_for  # noqa: E402
-from gpu_layers.machine.backend import load_core  # noqa: E402
-from gpu_layers.machine.core import launch_tokens, machine_kernel  # noqa: E402
+from gpu_layers.machine.backend import case_tokens, load_core  # noqa: E402
 from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 DEFAULT = ["vec_add_i32", "divergence", "early_return", "bitwise_ops", "scan_inclusive_i32"]
@@ -35,11 +33,7 @@ def main():
     fm, ids = load_core(lambda m: print(m, flush=True))
     streams = {}
     for name in args.names:
-        c = cases[name]
-        kargs = launch_args(c)
-        mk, grid, block = machine_kernel(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, kargs)
-        outs = [i for i, a in enumerate(c.args) if a.is_buffer and a.output]
-        prompt, want, _, _ = launch_tokens(mk, grid, block, kargs, outs, c.dynamic_shared_bytes)
+        prompt, want = case_tokens(cases[name])
         streams[name] = [ids[t] for t in prompt + want]
     fm.step(fm.new_state(), streams[args.names[0]][0])          # numba's first call compiles
     print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens")

@@ -18,9 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpu_layers.craft import fast_kernels as K  # noqa: E402
-from gpu_layers.interp import launch_args, module_for  # noqa: E402
-from gpu_layers.machine.backend import load_core  # noqa: E402
-from gpu_layers.machine.core import launch_tokens, machine_kernel  # noqa: E402
+from gpu_layers.machine.backend import case_tokens, load_core  # noqa: E402
 from gpu_layers.suite import with_gpu_truth  # noqa: E402
 
 DEFAULT = ["vec_add_i32", "divergence", "scan_inclusive_i32"]
@@ -38,11 +36,7 @@ def main():
     print(f"{'case':24s} {'tokens':>7s} {'full ms':>8s} {'bounded ms':>10s} {'ratio':>6s} {'differ':>6s}")
     total = [0, 0.0, 0.0, 0]
     for name in args.names:
-        c = cases[name]
-        kargs = launch_args(c)
-        mk, grid, block = machine_kernel(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, kargs)
-        outs = [i for i, a in enumerate(c.args) if a.is_buffer and a.output]
-        prompt, want, _, _ = launch_tokens(mk, grid, block, kargs, outs, c.dynamic_shared_bytes)
+        prompt, want = case_tokens(cases[name])
         st, tf, tb, bad = fm.new_state(), 0.0, 0.0, 0
         for tok in (ids[t] for t in prompt + want):
             x, ss = fm._forward(st, tok)

@@ -97,6 +97,19 @@ def model_prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes=0):
     return prompt_tokens(mk, grid, block, args, outputs, dynamic_shared_bytes), mk
 
 
+def case_tokens(case) -> tuple[list[str], list[str]]:
+    """(prompt, stream) of a gpu_layers.cases.Case's launch as the core runs it, from the oracle
+    (core.launch_tokens: trace and dump): the token sequence the benchmarks feed the core."""
+    from gpu_layers.interp import launch_args, module_for
+    from gpu_layers.machine.core import launch_tokens, machine_kernel
+
+    args = launch_args(case)
+    mk, grid, block = machine_kernel(module_for(case.ptx()).kernel(case.kernel), case.grid, case.block, args)
+    outs = [i for i, a in enumerate(case.args) if a.is_buffer and a.output]
+    prompt, want, _, _ = launch_tokens(mk, grid, block, args, outs, case.dynamic_shared_bytes)
+    return prompt, want
+
+
 def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0, max_tokens: int = 5_000_000,
                      progress=None, core=None, prompt=None, on_tokens=None):
     """Run a launch inside the model: `kernel` (PTX IR), `args` (interp.launch_args), `outputs`
