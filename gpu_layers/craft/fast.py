@@ -281,19 +281,17 @@ class FastMachine:
             where = np.repeat(np.arange(len(rows)), np.diff(unembed.ptr)[rows])    # each entry's row
             sub[where, np.searchsorted(self.head_cols, unembed.idx)] = unembed.val
             self.head = _Sparse(sub, rows, self.V)
-            self.final_w = (F32(1.0) + fn)[self.head_cols]
-            self.bounded_head = BoundedHead(*self.head.mv_args(), self.V)
-            return
-        U = _f32(unembed)
-        self._finite("unembed", U)
-        live_rows, live_cols = np.zeros(len(U), dtype=bool), np.zeros(U.shape[1], dtype=bool)
-        for a in range(0, len(U), _CHUNK_ROWS):      # in chunks: the core's head is 4 GB of fp32
-            nz = U[a:a + _CHUNK_ROWS] != 0
-            live_rows[a:a + _CHUNK_ROWS] = nz.any(1)
-            live_cols |= nz.any(0)
-        rows, self.head_cols = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
-        self.head = _Sparse(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
-        del U
+        else:
+            U = _f32(unembed)
+            self._finite("unembed", U)
+            live_rows, live_cols = np.zeros(len(U), dtype=bool), np.zeros(U.shape[1], dtype=bool)
+            for a in range(0, len(U), _CHUNK_ROWS):      # in chunks: the core's head is 4 GB of fp32
+                nz = U[a:a + _CHUNK_ROWS] != 0
+                live_rows[a:a + _CHUNK_ROWS] = nz.any(1)
+                live_cols |= nz.any(0)
+            rows, self.head_cols = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
+            self.head = _Sparse(U[np.ix_(rows, self.head_cols)], rows, self.V)   # rows of zeros: logit 0
+            del U
         self.final_w = (F32(1.0) + fn)[self.head_cols]
         self.bounded_head = BoundedHead(*self.head.mv_args(), self.V)
 

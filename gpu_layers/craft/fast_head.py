@@ -61,12 +61,11 @@ class BoundedHead:
             bval += [v for _, v in key]
             bptr.append(len(bcol))
             rs = self.g_rows[self.g_rptr[g]:self.g_rptr[g + 1]]
-            small = {}
-            big_cols = {c for c, _ in key}
+            small = {}                  # the rest (every row of the group has the key's large entries)
             for i in rs:
                 for k in range(self.rptr[i], self.rptr[i + 1]):
-                    c = int(self.rcol[k])
-                    if c not in big_cols or abs(vals[k]) < HEAD_BIG:
+                    if abs(vals[k]) < HEAD_BIG:
+                        c = int(self.rcol[k])
                         small[c] = max(small.get(c, 0.0), abs(float(vals[k])))
             scol += sorted(small)
             smax += [small[c] for c in sorted(small)]

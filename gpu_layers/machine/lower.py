@@ -457,10 +457,8 @@ def _mul_lo(em, w, a, b) -> str:
     if w <= 32:
         return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w))
     (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
-    ll = _mul_steps(em, _ext(em, 32, al, False, 64), 32, bl, 32)
-    cross = _op(em, 64, "add", _mul_steps(em, _ext(em, 32, al, False, 64), 32, bh, 32),
-                _mul_steps(em, _ext(em, 32, ah, False, 64), 32, bl, 32), "u64")
-    return _op(em, 64, "add", ll, _op(em, 64, "shl", cross, 32), "u64")
+    cross = _op(em, 64, "add", _mul32(em, al, bh), _mul32(em, ah, bl), "u64")
+    return _op(em, 64, "add", _mul32(em, al, bl), _op(em, 64, "shl", cross, 32), "u64")
 
 
 def _low(em, w, r64) -> str:
@@ -473,11 +471,13 @@ def _low(em, w, r64) -> str:
 
 
 def _halves(em, x) -> tuple[str, str]:
-    """(low, high) 32-bit halves of a 64-bit register."""
-    lo, hi = em.tmp(32), em.tmp(32)
-    em.emit(f"cvt.u32.u64 {lo}, {x}")
-    em.emit(f"cvt.u32.u64 {hi}, {_op(em, 64, 'shr', x, 32, 'u64')}")
-    return lo, hi
+    """(low, high) 32-bit halves of a 64-bit register, each zero-extended in a 64-bit register."""
+    return _op(em, 64, "and", x, 0xFFFFFFFF), _op(em, 64, "shr", x, 32, "u64")
+
+
+def _mul32(em, x, y) -> str:
+    """The 64-bit product of two 64-bit registers holding 32-bit values (_halves)."""
+    return _mul_steps(em, x, 32, y, 64, bits=32)
 
 
 def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL) -> str:
@@ -546,16 +546,8 @@ def _mul_full(em, w, a, b, signed) -> tuple[str, str]:
         return lo, hi
     # 64 x 64 -> 128 from four 32 x 32 -> 64 products (unsigned), then the signed correction
     a, b = _copy(em, 64, a), _copy(em, 64, b)
-    al, ah, bl, bh = (em.tmp(32) for _ in range(4))
-    for lo32, src in ((al, a), (bl, b)):
-        em.emit(f"cvt.u32.u64 {lo32}, {src}")
-    for hi32, src in ((ah, a), (bh, b)):
-        t = _op(em, 64, "shr", src, 32, "u64")
-        em.emit(f"cvt.u32.u64 {hi32}, {t}")
-
-    def wide(x, y):
-        return _mul_steps(em, _ext(em, 32, x, False, 64), 32, y, 32)
-    ll, lh, hl, hh = wide(al, bl), wide(al, bh), wide(ah, bl), wide(ah, bh)
+    (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
+    ll, lh, hl, hh = _mul32(em, al, bl), _mul32(em, al, bh), _mul32(em, ah, bl), _mul32(em, ah, bh)
     # low = ll + (lh << 32) + (hl << 32); carries into high
     lo = _copy(em, 64, ll)
     hi = _copy(em, 64, hh)

@@ -61,7 +61,7 @@ Construction (all steps are threshold steps of `circuit.Step`; every unit's last
            and, or, xor from S_i = a_i + b'_i + c_i (c = 0 for the logic ops) as
            [S >= 1 + and] - [S >= 2 : xor/add/sub] + [S >= 3 : add/sub]; not_a
 
-The two step ops run on the adder: its first operand is `aa` (stage 1: a, or 2a for the step
+The two step ops run on the adder: its first operand is `aa` (stage 2: a, or 2a for the step
 ops), its second b, ~b (dstep) or b masked by a's top bit (mstep: b - nb); stage 1 adds their chunk
 generate/propagate (gpd, gpm: a's bits read one place up), stage 2 their chunk carries and dstep's
 compare ge, stage 3 routes 2a into y when dstep's t < b (`dge` = dstep and ge enables the sum).
@@ -337,7 +337,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     for i in range(N):              # the adder's first operand: a, or 2a for the step ops
         s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS)])
         if i:
-            s2.step(A(i - 1) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS)])
+            s2.step(T(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS)])
     for w in ALU_WIDTHS:            # mstep: b's bits where a's bit w-1 is 0 (subtracted from b)
         for i in range(w):
             s2.step(B(i) - A(w - 1) - 0.5, 0.5, [(nb, i, 1.0)], [O("mstep"), W(w)])
@@ -398,7 +398,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     dge = s3.field(new("dge", "bits", 1))
     s3.step(ge.bit(0) - 0.5, 0.5, [(dge, 0, 1.0)], [O("dstep")])
     for i in range(1, N):           # dstep with 2a < b: r = 2a, through y
-        s3.step(A(i - 1) - 0.5, 0.5, [(y, i, 1.0)], [O("dstep"), 1.0 - ge.bit(0)])
+        s3.step(T(i) - 0.5, 0.5, [(y, i, 1.0)], [O("dstep"), 1.0 - ge.bit(0)])
     for v in range(4):              # mid digit: shift 4 v
         for i in range(4 * v, N):
             s3.step(x2.bit(i - 4 * v) - 0.5, 0.5, [(y, i, 1.0)], [dmid.hot(v)])
