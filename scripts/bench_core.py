@@ -1,11 +1,12 @@
 """Machine tokens per second of the fast executor on the machine core: each case's whole token
 stream (prompt, trace and dump, from the oracle) fed token by token through `FastMachine.step`
 (what run --backend model does, minus the checking), wall and CPU time, and a digest of the
-greedy predictions (equal digests: the same tokens). To compare two versions of the executor,
+greedy predictions (equal digests: the same tokens), with the projections' sums incremental (the
+executor's default) and in full, alternating in one run. To compare two versions of the executor,
 run it at each commit on the same cases, alternating; each commit compiles its own core on first
 use ($QWENGPU_CACHE apart keeps both).
 
-    .venv/bin/python scripts/bench_core.py [--names CASE ...] [--repeat N]
+    .venv/bin/python scripts/bench_core.py [--names CASE ...] [--repeat N] [--sums full|incremental|both]
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--names", nargs="*", default=DEFAULT)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sums", choices=["full", "incremental", "both"], default="both",
+                    help="the projections' sums: in full at every token, incremental (the default "
+                         "state), or both alternating (same run: their ratio)")
     args = ap.parse_args()
     cases = {c.name: c for c in with_gpu_truth()}
     fm, ids = load_core(lambda m: print(m, flush=True))
@@ -38,10 +42,12 @@ def main():
     fm.step(fm.new_state(), streams[args.names[0]][0])          # numba's first call compiles
     print(f"core: {len(fm.layers)} layers, W = {fm.W}, {fm.V} tokens")
     print(f"{'case':24s} {'tokens':>7s} {'wall tok/s':>10s} {'cpu tok/s':>9s}  digest")
-    for r in range(args.repeat):
+    modes = {"full": [False], "incremental": [True], "both": [False, True]}[args.sums]
+    for r, inc in ((r, inc) for r in range(args.repeat) for inc in modes):
         total, wall, cpu, h = 0, 0.0, 0.0, hashlib.sha256()
+        print(f"-- run {r + 1}, {'incremental' if inc else 'full'} sums")
         for name, seq in streams.items():
-            st = fm.new_state()
+            st = fm.new_state(incremental=inc)
             t, c0 = time.perf_counter(), time.process_time()
             out = [fm.step(st, tok) for tok in seq]
             dw, dc = time.perf_counter() - t, time.process_time() - c0

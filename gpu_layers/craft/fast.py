@@ -35,7 +35,15 @@ Why the tokens are the stock path's tokens:
   * What is computed uses the same formulas, in the same order, in fp32, except that sums (norms,
     projections) accumulate in fp64 and are rounded once (the residual's sum of squares for the
     RMSNorms is kept as the token passes the layers: each write adds new^2 - old^2, exact squares
-    in fp64, instead of summing all W entries at every norm), and libm differs: ~1e-7 relative. The compiled circuits
+    in fp64, instead of summing all W entries at every norm), and libm differs: ~1e-7 relative.
+    By default the in_proj and gate/up sums are incremental (`new_state(incremental=True)`;
+    fast_kernels.inc_norm_mv): between tokens most inputs keep their value (on the core, 7 % of
+    the visited entries sit in columns that changed), so acc = M (w * x) is kept in fp64, only the
+    changed columns are visited, and the norm's scale multiplies each sum once; a row whose inputs
+    are all zero is set to an exact 0 (a count of its nonzero inputs), and every RESYNC tokens the
+    sums are recomputed in full. Its error is inside stock's own float32 envelope (each stock term
+    is rounded twice, (x r) then * w, and summed in float32): at most 4 * 2^-24 * sum|terms|
+    (tests/test_fast_incremental.py), 1.34e-7 measured on the core. The compiled circuits
     re-digitize every MLP step with margins far above that (docs/blocks.md, DESIGN section 3) and
     their logits win by >= 2, so those differences never change a token. That is a claim about the
     circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
@@ -136,6 +144,8 @@ class FastState:
     S: list                                    # per layer: (H_live, dk, dv) float32 or None
     conv: list                                 # per layer: (K - 1, C) float32 window or None
     tokens: list = field(default_factory=list)
+    sums: list | None = None                   # incremental projections (None: computed in full): per
+                                               # layer [mixer, mlp], each None or (prev, acc, cnt)
 
     def get_recurrent_state(self, layer: int, state_idx: int = 0) -> torch.Tensor:
         fm = self.machine
@@ -154,8 +164,10 @@ class FastState:
         return {i: self.get_recurrent_state(i) for i in range(len(self.S))}
 
     def copy(self) -> "FastState":
+        sums = None if self.sums is None else [[None if t is None else tuple(a.copy() for a in t) for t in L]
+                                                for L in self.sums]
         return FastState(self.machine, [None if s is None else s.copy() for s in self.S],
-                         [None if c is None else c.copy() for c in self.conv], list(self.tokens))
+                         [None if c is None else c.copy() for c in self.conv], list(self.tokens), sums)
 
 
 def _csr(M: np.ndarray):
@@ -412,17 +424,32 @@ class FastMachine:
 
     # ---- execution --------------------------------------------------------------------------
 
-    def new_state(self) -> FastState:
-        S, conv = [], []
+    incremental = True        # new states keep the projections' sums between tokens (class default:
+    RESYNC = 1024             # also for pickled machines); sums recomputed in full every RESYNC tokens
+
+    def new_state(self, incremental: bool | None = None) -> FastState:
+        """A fresh state. incremental (default: self.incremental): the in_proj and gate/up sums
+        are updated from the columns that changed since the previous token (K.inc_norm_mv)."""
+        S, conv, sums = [], [], []
         for L in self.layers:
             mx = L.mixer
             S.append(None if mx is None else np.zeros(mx.kdims.shape + mx.vdims.shape[1:], dtype=F32))
             conv.append(None if mx is None else np.zeros((mx.conv_w.shape[0] - 1, mx.C), dtype=F32))
-        return FastState(self, S, conv)
+            sums.append([None if t is None else (np.zeros(len(t[0])), np.zeros(t[1]), np.zeros(t[1], np.int32))
+                         for t in ((None if mx is None else (mx.cols, mx.w_in.shape[0])),
+                                   (None if L.mlp is None else (L.mlp.cols, 2 * L.mlp.N)))])
+        inc = self.incremental if incremental is None else incremental
+        return FastState(self, S, conv, sums=sums if inc else None)
 
-    def _mixer(self, mx: _Mixer, x, ss, S, conv) -> float:
+    def _project(self, x, ss, cols, norm_w, w: "_Sparse", sums, full: bool):
+        """w @ RMSNorm(x)[cols] in float32: in full, or from the previous token's sums."""
+        if sums is None:
+            return K.norm_mv(x, ss, float(self.W), self.eps, cols, norm_w, *w.mv_args(), w.shape[0])
+        return K.inc_norm_mv(x, ss, float(self.W), self.eps, cols, norm_w, *w.mv_args(), w.shape[0], *sums, full)
+
+    def _mixer(self, mx: _Mixer, x, ss, S, conv, sums=None, full=True) -> float:
         w = mx.w_in
-        p = K.norm_mv(x, ss, float(self.W), self.eps, mx.cols, mx.norm_w, *w.mv_args(), w.shape[0])
+        p = self._project(x, ss, mx.cols, mx.norm_w, w, sums, full)
         H = len(mx.heads)                                     # p: qkv channels, z entries, b, [a]
         res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
                            mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
@@ -432,10 +459,12 @@ class FastMachine:
             ss = K.add_rows(x, mx.out_rows, mx.w_out @ res, ss)
         return ss
 
-    def _mlp(self, m: _MLP, x, ss) -> float:
-        g, d = m.w_gu, m.w_down
-        return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, *g.mv_args(), m.N,
-                           *d.mv_args(), m.rows)
+    def _mlp(self, m: _MLP, x, ss, sums=None, full=True) -> float:
+        if sums is None:
+            return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, *m.w_gu.mv_args(), m.N,
+                               *m.w_down.mv_args(), m.rows)
+        gu = self._project(x, ss, m.cols, m.norm_w, m.w_gu, sums, full)
+        return K.mlp_down(x, ss, gu, m.N, *m.w_down.mv_args(), m.rows)
 
     def _forward(self, state: FastState, token_id: int):
         """One token through every compiled layer (recurrent path): the final residual and its sum
@@ -446,12 +475,14 @@ class FastMachine:
         a, b = self.embed_ptr[token_id], self.embed_ptr[token_id + 1]
         x[self.embed_idx[a:b]] = self.embed_val[a:b]
         ss = K.sum_squares(x, self.embed_idx[a:b])
+        sums = state.sums or [(None, None)] * len(self.layers)
+        full = len(state.tokens) % self.RESYNC == 0
         with np.errstate(over="ignore"):                   # exp overflow -> sigmoid 0, as in torch
-            for L, S, conv in zip(self.layers, state.S, state.conv):
+            for L, S, conv, (s_mx, s_mlp) in zip(self.layers, state.S, state.conv, sums):
                 if L.mixer is not None:
-                    ss = self._mixer(L.mixer, x, ss, S, conv)
+                    ss = self._mixer(L.mixer, x, ss, S, conv, s_mx, full)
                 if L.mlp is not None:
-                    ss = self._mlp(L.mlp, x, ss)
+                    ss = self._mlp(L.mlp, x, ss, s_mlp, full)
         state.tokens.append(int(token_id))
         return x, ss
 
