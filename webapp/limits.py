@@ -29,7 +29,7 @@ class Limits:
     step_budget: int = 1_000_000               # warp-instruction steps of the reference run
     machine_step_budget: int = 60_000          # steps of the machine-code (lowered) run
     time_budget_s: float = 20.0                # wall time of one run, compile excluded
-    model_time_budget_s: float = 120.0         # the model backend's generation (a few hundred tokens/s)
+    model_time_budget_s: float = 120.0         # the model backend's generation (about 1,000 tokens/s here)
     model_max_tokens: int = 200_000            # ... and its generated tokens
     inside_step_budget: int = 50_000           # machine steps recorded for the Inside view (its token
                                                # trace is held in memory while it is aligned)

@@ -325,7 +325,7 @@ def _run_model(prep: Prepared, rep: RunReport, outputs, out_idx, limits: Limits,
                                         core=core, prompt=prompt, on_tokens=tick)
     except TimeBudgetExceeded as e:
         rep.verdict = "not-compared"
-        rep.machine_error = (f"the model's run passed its time budget ({e}; a few hundred tokens/s on this "
+        rep.machine_error = (f"the model's run passed its time budget ({e}; about 1,000 tokens/s on this "
                              "CPU), so its outputs were not compared")
         return
     except ExecutionError as e:            # a fault, a failed check, the step budget
