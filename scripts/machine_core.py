@@ -68,7 +68,7 @@ def main():
             print(f"{name:24s} {len(prompt):7d} {len(want):7d} skipped: longer than --max-tokens")
             continue
         t = time.time()
-        got, bad = run_core(fm, ids, prompt, want)
+        got, bad = run_core(fm, ids, prompt, want, max_tokens=len(want) + 1)    # past the oracle's stream: wrong
         dt = time.time() - t
         kernel = module_for(c.ptx()).kernel(c.kernel)
         ref = launch(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
