@@ -90,6 +90,20 @@ def _sync(dev):
         torch.cuda.synchronize()
 
 
+def _record(args, results, path, dtype_name, case, got, want, first, names, seconds, **extra):
+    """One table row and one result (written to --json at once: a run cut short keeps what it
+    has): `got` vs `want`, the greedy tokens at positions first, first + 1, ..."""
+    wrong = [(first + p, names[g]) for p, (g, w) in enumerate(zip(got, want)) if g != w]
+    tokens = extra.pop("tokens", len(got))
+    fw = f"@{wrong[0][0]} {wrong[0][1]}" if wrong else "-"
+    print(f"{path:9s} {dtype_name:5s} {case:22s} {tokens:7d} {len(got):7d} {len(wrong):6d} "
+          f"{fw[:28]:>28s} {seconds:7.2f} {tokens / seconds:8.1f}", flush=True)
+    results.append({"path": path, "dtype": dtype_name, "case": case, "tokens": tokens, "checked": len(got),
+                    "wrong": len(wrong), "first_wrong": wrong[:5], "seconds": seconds, **extra})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
 def check(args):
     import torch
 
@@ -120,16 +134,8 @@ def check(args):
             t = time.time()
             pred = _greedy_prefill(model, seq, first, args.segment)
             _sync(args.device)
-            dt = time.time() - t
-            wrong = [(p, names[g]) for p, g in zip(range(first, len(seq) - 1), pred) if g != seq[p + 1]]
-            fw = f"@{wrong[0][0]} {wrong[0][1]}" if wrong else "-"
-            print(f"{'prefill':9s} {dtype_name:5s} {name:22s} {len(seq):7d} {len(pred):7d} {len(wrong):6d} "
-                  f"{fw[:28]:>28s} {dt:7.2f} {len(seq) / dt:8.0f}", flush=True)
-            results.append({"path": "prefill", "dtype": dtype_name, "case": name, "tokens": len(seq),
-                            "checked": len(pred), "wrong": len(wrong), "first_wrong": wrong[:5], "seconds": dt,
-                            "segments": -(-len(seq) // args.segment)})
-            if args.json:
-                Path(args.json).write_text(json.dumps(results, indent=1))
+            _record(args, results, "prefill", dtype_name, name, pred, seq[first + 1:], first, names,
+                    time.time() - t, tokens=len(seq), segments=-(-len(seq) // args.segment))
         for name in args.generate if dtype_name in args.generate_dtypes else []:
             s = streams[name]
             prompt, want = [ids[x] for x in s["prompt"]], [ids[x] for x in s["stream"]]
@@ -140,19 +146,11 @@ def check(args):
                 out = model.generate(torch.tensor([prompt], device=model.lm_head.weight.device), max_new_tokens=n,
                                      min_new_tokens=n, do_sample=False)[0, len(prompt):].tolist()
             _sync(args.device)
-            dt = time.time() - t
-            wrong = [(p, names[g]) for p, (g, w) in enumerate(zip(out, want[:n])) if g != w]
-            fw = f"@{wrong[0][0]} {wrong[0][1]}" if wrong else "-"
-            print(f"{'generate':9s} {dtype_name:5s} {name:22s} {n:7d} {len(out):7d} {len(wrong):6d} "
-                  f"{fw[:28]:>28s} {dt:7.2f} {n / dt:8.1f}", flush=True)
-            results.append({"path": "generate", "dtype": dtype_name, "case": name, "tokens": n,
-                            "checked": len(out), "wrong": len(wrong), "first_wrong": wrong[:5], "seconds": dt,
-                            "prompt_tokens": len(prompt)})
+            _record(args, results, "generate", dtype_name, name, out, want[:n], 0, names, time.time() - t,
+                    prompt_tokens=len(prompt))
         del model
         if str(args.device).startswith("cuda"):
             torch.cuda.empty_cache()
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
     bad = [r for r in results if r["wrong"] and r["dtype"] == "fp32"]
     sys.exit(1 if bad else 0)
 

@@ -430,16 +430,19 @@ class FastMachine:
     def new_state(self, incremental: bool | None = None) -> FastState:
         """A fresh state. incremental (default: self.incremental): the in_proj and gate/up sums
         are updated from the columns that changed since the previous token (K.inc_norm_mv)."""
-        S, conv, sums = [], [], []
+        S, conv = [], []
         for L in self.layers:
             mx = L.mixer
             S.append(None if mx is None else np.zeros(mx.kdims.shape + mx.vdims.shape[1:], dtype=F32))
             conv.append(None if mx is None else np.zeros((mx.conv_w.shape[0] - 1, mx.C), dtype=F32))
-            sums.append([None if t is None else (np.zeros(len(t[0])), np.zeros(t[1]), np.zeros(t[1], np.int32))
-                         for t in ((None if mx is None else (mx.cols, mx.w_in.shape[0])),
-                                   (None if L.mlp is None else (L.mlp.cols, 2 * L.mlp.N)))])
-        inc = self.incremental if incremental is None else incremental
-        return FastState(self, S, conv, sums=sums if inc else None)
+        if not (self.incremental if incremental is None else incremental):
+            return FastState(self, S, conv)
+
+        def sums(cols, n):          # (prev w * x[cols], acc, count of nonzero inputs per row)
+            return np.zeros(len(cols)), np.zeros(n), np.zeros(n, np.int32)
+        return FastState(self, S, conv, sums=[
+            [None if L.mixer is None else sums(L.mixer.cols, L.mixer.w_in.shape[0]),
+             None if L.mlp is None else sums(L.mlp.cols, 2 * L.mlp.N)] for L in self.layers])
 
     def _project(self, x, ss, cols, norm_w, w: "_Sparse", sums, full: bool):
         """w @ RMSNorm(x)[cols] in float32: in full, or from the previous token's sums."""

@@ -179,9 +179,15 @@ def add_rows(x, rows, d, ss):
 
 
 @_jit
+def norm_scale(ss, width, eps):
+    """The RMSNorm's float32 factor 1 / sqrt(mean square + eps) (mean square = ss / width)."""
+    return F32(1.0) / np.sqrt(F32(ss / width) + eps)
+
+
+@_jit
 def norm_at(x, ss, width, eps, cols, w):
     """Zero-centred RMSNorm of the whole residual x at `cols` (its mean square is ss / width)."""
-    r = F32(1.0) / np.sqrt(F32(ss / width) + eps)
+    r = norm_scale(ss, width, eps)
     out = np.empty(cols.shape[0], dtype=np.float32)
     for j in range(cols.shape[0]):
         out[j] = (x[cols[j]] * r) * w[j]
@@ -205,13 +211,12 @@ def mlp_layer(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, N
               dn_table, out_rows):
     """x += down(silu(gate n) * up n) for n = RMSNorm(x); returns the updated sum of squares."""
     gu = norm_mv(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, 2 * N)
-    y = csc_mv(dn_ptr, dn_rows, dn_codes, dn_table, out_rows.shape[0], swiglu(gu, N))
-    return add_rows(x, out_rows, y, ss)
+    return mlp_down(x, ss, gu, N, dn_ptr, dn_rows, dn_codes, dn_table, out_rows)
 
 
 @_jit
 def mlp_down(x, ss, gu, N, dn_ptr, dn_rows, dn_codes, dn_table, out_rows):
-    """mlp_layer after its gate/up product `gu` (computed incrementally: inc_norm_mv)."""
+    """x += down(silu(gate) * up) from the gate/up product `gu` (in full, or inc_norm_mv's)."""
     y = csc_mv(dn_ptr, dn_rows, dn_codes, dn_table, out_rows.shape[0], swiglu(gu, N))
     return add_rows(x, out_rows, y, ss)
 
@@ -265,7 +270,6 @@ def bounded_argmax(y, rptr, rcol, rcode, table, row_id, g_bptr, g_bcol, g_bval, 
     return arg
 
 
-
 # ---- incremental projections: between two tokens most of a layer's inputs keep their value (on
 # the core, 7 % of the entries the products visit sit in columns that changed), so a projection of
 # the normed residual is kept as acc = M (w * x) in float64 and only changed columns are visited;
@@ -317,7 +321,7 @@ def inc_norm_mv(x, ss, width, eps, cols, w, colptr, rows, codes, table, n, prev,
                 for k in range(colptr[j], colptr[j + 1]):
                     r = rows[k]
                     acc[r] += table[codes[k]] * d
-    s = F32(1.0) / np.sqrt(F32(ss / width) + eps)
+    s = norm_scale(ss, width, eps)
     out = np.empty(n, dtype=np.float32)
     for i in range(n):
         out[i] = F32(acc[i] * s)

@@ -29,21 +29,25 @@ class SparseFileError(ValueError):
     """A file that is not a sparse machine of this format, or is inconsistent."""
 
 
+def _f32(a) -> np.ndarray:
+    """A tensor or array as a float32 numpy array (the compiled values are float32 already)."""
+    return a.detach().to("cpu", torch.float32).numpy() if isinstance(a, torch.Tensor) else np.asarray(a, np.float32)
+
+
 def _nonzero(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    flat = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    flat = np.ascontiguousarray(a).reshape(-1)
     idx = np.flatnonzero(flat)
     return idx.astype(np.int64), flat[idx]
 
 
 def _rows(m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ptr, idx, val) of a (rows, W) matrix: assemble.SparseRows as is, a dense one made CSR."""
-    if hasattr(m, "ptr"):
-        return np.asarray(m.ptr, np.int64), np.asarray(m.idx, np.int32), np.asarray(m.val, np.float32)
-    d = m.detach().to("cpu", torch.float32).numpy() if isinstance(m, torch.Tensor) else np.asarray(m, np.float32)
-    r, c = np.nonzero(d)
-    ptr = np.zeros(d.shape[0] + 1, np.int64)
-    np.cumsum(np.bincount(r, minlength=d.shape[0]), out=ptr[1:])
-    return ptr, c.astype(np.int32), d[r, c].astype(np.float32)
+    """(ptr, idx, val) of a (rows, W) matrix: assemble.SparseRows as is, a dense one made one."""
+    if not hasattr(m, "ptr"):
+        from .assemble import SparseRows
+
+        d = _f32(m)
+        m = SparseRows.from_dense_chunks([d], d.shape[1])
+    return np.asarray(m.ptr, np.int64), np.asarray(m.idx, np.int32), np.asarray(m.val, np.float32)
 
 
 def save(path, layer_shapes: dict, width: int, layers, embed, unembed, final_norm, token_names: list[str]):
@@ -56,14 +60,13 @@ def save(path, layer_shapes: dict, width: int, layers, embed, unembed, final_nor
             raise SparseFileError(f"layer {i} lacks {sorted(missing)}")
         shapes.append({})
         for k in LAYER_KEYS:
-            a = L[k].detach().to("cpu", torch.float32).numpy() if isinstance(L[k], torch.Tensor) else np.asarray(L[k])
+            a = _f32(L[k])
             shapes[-1][k] = list(a.shape)
             arrays[f"L{i}/{k}/idx"], arrays[f"L{i}/{k}/val"] = _nonzero(a)
         del L
     for name, m in (("embed", embed), ("unembed", unembed)):
         arrays[f"{name}/ptr"], arrays[f"{name}/idx"], arrays[f"{name}/val"] = _rows(m)
-    fn = final_norm.detach().to("cpu", torch.float32).numpy() if isinstance(final_norm, torch.Tensor) else final_norm
-    arrays["final_norm"] = np.asarray(fn, np.float32)
+    arrays["final_norm"] = _f32(final_norm)
     meta = {"format": FORMAT, "width": int(width), "vocab": len(token_names), "layer_shapes": layer_shapes,
             "shapes": shapes, "token_names": list(token_names)}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
