@@ -7,6 +7,7 @@ machine steps per thread).
     .venv/bin/python scripts/check_softfloat.py [--n 2048] [--seed 0] [--forms fma.rn.f32 ...]
     .venv/bin/python scripts/check_softfloat.py --f64 [--n 2048] [--forms min.f64 ...]
     .venv/bin/python scripts/check_softfloat.py [--f64] --cvt-routines   (conversions as routines)
+    .venv/bin/python scripts/check_softfloat.py [--f64] --normal   (normal operands: the fast entries)
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpu_layers.errors import UnsupportedPTX  # noqa: E402
 from gpu_layers.machine.cvt_routines import routine_form as ROUTINE_CVT  # noqa: E402
-from gpu_layers.machine.float_forms import FORMS, FORMS64, compare, operands, operands64  # noqa: E402
+from gpu_layers.machine.float_forms import FORMS, FORMS64, compare, normal_operands, operands, operands64  # noqa: E402
 
 
 def main():
@@ -31,11 +32,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--f64", action="store_true", help="binary64 forms (FORMS64) and operands")
     ap.add_argument("--forms", nargs="*", default=None)
+    ap.add_argument("--normal", action="store_true",
+                    help="normal operands only (float_forms.normal_operands: the fast entries' domain)")
     ap.add_argument("--cvt-routines", action="store_true",
                     help="the conversions that can, through gpu_layers.machine.cvt_routines' routines")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    A, B, C = (operands64 if args.f64 else operands)(args.n, rng)
+    if args.normal:
+        A, B, C = normal_operands(args.n, rng, args.f64)
+    else:
+        A, B, C = (operands64 if args.f64 else operands)(args.n, rng)
     forms = args.forms or (FORMS64 if args.f64 else FORMS)
     if args.cvt_routines:
         forms = [f for f in forms if ROUTINE_CVT(f)]

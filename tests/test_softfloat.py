@@ -120,10 +120,15 @@ def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
     body += "\tmov.b32 \t%r1, %f22;\n\tst.global.u32 \t[%rd9], %r1;\n"
     k = _kernel(body)
     mk = lower(k)
-    assert len(mk.calls) == 8 and len({e for _, e, _ in mk.calls}) == 2      # the fma and add entries
-    one = lower(_kernel("\tfma.rn.f32 \t%f22, %f9, %f9, %f9;\n\tmov.b32 \t%r1, %f22;\n"
+    # the entries (operands defined): fast fma and add rounding to nearest, fast mul (rz) and
+    # add (rm) rounding by the mode register; the general fma and add are what they fall back to
+    assert len(mk.calls) == 8 and len({e for _, e, _ in mk.calls}) == 4
+    one = lower(_kernel("\tfma.rn.f32 \t%f10, %f9, 0f3FC00000, 0f3F800000;\n"
+                        "\tadd.f32 \t%f20, %f10, %f9;\n\tmul.rz.f32 \t%f21, %f20, %f10;\n"
+                        "\tsub.rm.f32 \t%f22, %f21, %f10;\n\tmov.b32 \t%r1, %f22;\n"
                         "\tst.global.u32 \t[%rd9], %r1;\n"))
-    assert len(mk.instructions) - len(one.instructions) < 7 * 16      # code grows per site only
+    assert len(one.calls) == 4 and len({e for _, e, _ in one.calls}) == 4
+    assert len(mk.instructions) - len(one.instructions) < 4 * 16      # code grows per site only
     a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
     b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
     assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
@@ -163,7 +168,8 @@ def test_a_kernel_with_f32_and_f64_arithmetic_has_one_routine_per_format():
             "\tadd.f32 \t%f13, %f11, %f12;\n\tmov.b32 \t%r1, %f13;\n\tst.global.u32 \t[%rd9], %r1;\n")
     k = parse_ptx(kernel_ptx(OUT + body + "\tret;\n", decls="\t.reg .f64 \t%fd<8>;\n")).kernel()
     mk = lower(k)
-    assert len(mk.calls) == 5 and len({e for _, e, _ in mk.calls}) == 4    # f64: fma (mul too), sqrt; f32: div, add
+    # f64: the fast mul entry (defined operands), sqrt, fma; f32: div, the fast add entry
+    assert len(mk.calls) == 5 and len({e for _, e, _ in mk.calls}) == 5
     a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
     b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
     assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
@@ -214,7 +220,9 @@ def test_float_atomics_add_one_at_a_time_and_return_the_old_values():
         return res.buffers[0]
     want = run(k)
     mk = lower(k)
-    assert len({e for _, e, _ in mk.calls}) == 2                      # ADD entries: f32, f64
+    # the fast ADD entries for the global words (f32, f64: their old values are defined) and
+    # the general f32 one for the shared counter
+    assert len({e for _, e, _ in mk.calls}) == 3
     assert run(mk).tobytes() == want.tobytes()
     assert want.view(np.uint32)[3] == 0                                # flushed, in both
     ak, _ = allocate(mk)

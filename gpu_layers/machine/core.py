@@ -193,6 +193,14 @@ class Core(CompiledCircuit):
     token_error: ClassVar[type] = CoreError
 
 
+# lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
+# written out or in loops, the float routines' fast entries or not, conversions inline or as
+# routines (machine_kernel takes the first whose program fits)
+_LOWERINGS = ({"straight_steps": True}, {"straight_steps": True, "fast_floats": False},
+              {}, {"fast_floats": False}, {"cvt_routines": True},
+              {"cvt_routines": True, "fast_floats": False})
+
+
 def machine_kernel(kernel, grid, block, args=()):
     """A PTX kernel and its launch as the core runs them: (machine code, grid, block).
 
@@ -205,9 +213,11 @@ def machine_kernel(kernel, grid, block, args=()):
     float routines' calls that make it fit (constants, parameters, %tid.x and short pure chains of
     them, the cheapest first) are computed again after those calls or before their readers
     (gpu_layers.machine.remat) and the kernel allocated again. The machine's multiply and divide
-    steps are written out (lower's straight_steps) unless the code is then longer than the program
-    memory (PCS); then they loop, and if it is still longer, the float conversions become calls of
-    routines with the mode in a register (gpu_layers.machine.cvt_routines). Refused by name: more than THREADS threads per block; in a block of several warps,
+    steps are written out (lower's straight_steps) and the float routines get their fast entries
+    (gpu_layers.machine.fast_paths) unless the code is then longer than the program memory (PCS);
+    then the fast entries go, then the steps loop, and if it is still longer, the float
+    conversions become calls of routines with the mode in a register
+    (gpu_layers.machine.cvt_routines): _LOWERINGS. Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
     word would be out of range where the byte is not)."""
@@ -230,14 +240,15 @@ def machine_kernel(kernel, grid, block, args=()):
     warps = -(-block[0] // 32)
     if warps > 1:
         _check_several_warps(flat, block[0])
-    code = lower(flat, one_warp=True, warps=warps, straight_steps=True)
-    if len(code.instructions) > PCS:          # multiply / divide steps in loops: fewer PCs, more steps
-        code = lower(flat, one_warp=True, warps=warps)
-    if len(code.instructions) > PCS:          # conversions as routines too
-        code = lower(flat, one_warp=True, warps=warps, cvt_routines=True)
-    mk, _ = allocate(code)
-    if _slots_needed(mk) > R.REGS:            # invariants computed again after calls instead
-        mk = _fit_registers(code, mk)
+    for opts in _LOWERINGS:                   # the first that fits the program memory, allocated
+        code = lower(flat, one_warp=True, warps=warps, **opts)
+        if len(code.instructions) > PCS and opts is not _LOWERINGS[-1]:
+            continue
+        mk, _ = allocate(code)
+        if _slots_needed(mk) > R.REGS:        # invariants computed again after calls instead
+            mk = _fit_registers(code, mk)
+        if len(mk.instructions) <= PCS:
+            break
     return mk, grid, block
 
 

@@ -247,6 +247,55 @@ def operands64(n: int, rng) -> tuple:
     return A, B, C
 
 
+def normal_operands(n: int, rng, f64: bool = False) -> tuple:
+    """n triples of normal numbers (the fast entries' domain, gpu_layers/machine/fast_paths.py),
+    in equal parts: random exponents; b near -a (cancellation, down to exact zeros) and c near
+    -(a * b); exponents whose sums reach the overflow and subnormal limits of a product; and
+    fractions with a few low bits (exact ties), a small exponent gap between a and b; one operand
+    in 16 a signed zero (the fast fma's and add's zero terms)."""
+    w, mb, bias = (64, 52, 1023) if f64 else (32, 23, 127)
+    dt = np.uint64 if f64 else np.uint32
+    top = 2 * bias                                  # the largest normal biased exponent
+
+    def pack(sign, e, f):
+        return ((sign.astype(np.uint64) << np.uint64(w - 1)) | (e.astype(np.uint64) << np.uint64(mb))
+                | (f & np.uint64((1 << mb) - 1))).astype(dt)
+
+    def frac(k):
+        return rng.integers(0, 1 << 62, k, dtype=np.uint64) >> np.uint64(62 - mb)
+
+    def sign(k):
+        return rng.integers(0, 2, k)
+
+    q = [n * i // 4 for i in range(5)]
+    m = [q[i + 1] - q[i] for i in range(4)]
+    E = [rng.integers(1, top + 1, n), rng.integers(1, top + 1, n), rng.integers(1, top + 1, n)]
+    F_ = [frac(n), frac(n), frac(n)]
+    S_ = [sign(n), sign(n), sign(n)]
+    # 1: b's exponent within 2 of a's, c's near a + b - bias (cancellations)
+    s1 = slice(q[1], q[2])
+    E[1][s1] = np.clip(E[0][s1] + rng.integers(-2, 3, m[1]), 1, top)
+    E[2][s1] = np.clip(E[0][s1] + E[1][s1] - bias + rng.integers(-1, 2, m[1]), 1, top)
+    S_[1][s1] = 1 - S_[0][s1]
+    near = rng.integers(0, 2, m[1]).astype(bool)
+    F_[1][s1] = np.where(near, F_[0][s1] ^ (rng.integers(0, 8, m[1]).astype(np.uint64)), F_[1][s1])
+    # 2: a's and b's exponents summing near the product's limits (subnormal or overflowing)
+    s2 = slice(q[2], q[3])
+    lim = np.where(rng.integers(0, 2, m[2]).astype(bool), bias + 1, 3 * bias + 1)
+    E[0][s2] = rng.integers(1, top + 1, m[2])
+    E[1][s2] = np.clip(lim - E[0][s2] + rng.integers(-2, 3, m[2]), 1, top)
+    # 3: few low fraction bits (ties), a small exponent gap
+    s3 = slice(q[3], q[4])
+    for i in range(3):
+        F_[i][s3] &= ~np.uint64((1 << int(rng.integers(1, mb))) - 1)
+    E[1][s3] = np.clip(E[0][s3] + rng.integers(-mb - 3, mb + 4, m[3]), 1, top)
+    out = [pack(S_[i], E[i], F_[i]) for i in range(3)]
+    for x in out:                                   # and signed zeros, one operand in 16
+        zero = rng.integers(0, 16, n) == 0
+        x[zero] &= dt(1 << (w - 1))
+    return tuple(out)
+
+
 def _run(ptx_kernel, A, B, C):
     n = A.size
     block = 64          # = 1 << 6 in LOAD

@@ -42,6 +42,7 @@ from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import SUPPORTED, validate
 
 from . import softfloat, warp_exchange, word_memory
+from .definedness import defined
 from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
@@ -93,7 +94,7 @@ def machine_problems(kernel) -> list[str]:
 
 
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
-          straight_steps: bool = False) -> Kernel:
+          straight_steps: bool = False, fast_floats: bool = True) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -105,7 +106,10 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     (gpu_layers.machine.cvt_routines: fewer instructions, more steps) instead of inline code.
     `straight_steps`: the machine's multiply and divide steps written out one after another
     instead of in counted loops (no counter steps, more instructions: for programs that fit)
-    where they run often: in the float routines and inside the source's loops.
+    where they run often: in the float routines and inside the source's loops. `fast_floats`:
+    float adds, multiplies and binary32 fmas rounded to nearest whose operands are proven defined
+    call the routines' fast entries (gpu_layers.machine.fast_paths: fewer steps, more
+    instructions).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -119,6 +123,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em.looped = _in_loops(kernel)
     em.warps = warps
     em.cvt_routines = cvt_routines
+    em.fast_floats = fast_floats
     frames = word_memory.local_frames(kernel) if one_warp else None
     if frames:                              # local memory: every lane's frame in shared memory
         var, frame, em.local_size = frames
@@ -208,6 +213,7 @@ class _Emitter:
     def __init__(self, kernel, one_warp=False):
         self.one_warp = one_warp
         self.straight = False       # multiply / divide steps written out (lower's straight_steps)
+        self.fast_floats = False    # float sites may call the routines' fast entries (lower's fast_floats)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
@@ -229,11 +235,17 @@ class _Emitter:
         from gpu_layers.machine.remat import constants
 
         self.liveness = liveness(kernel)
+        self.defined = defined(kernel)      # registers defined before each source instruction
         movs = constants(kernel, self.liveness)
         self.constants = {r: kernel.instructions[i].operands[1].value for r, i in movs.items()
                           if isinstance(kernel.instructions[i].operands[1], Imm)}
         self.index = 0          # the source instruction being expanded
         self.folded = warp_exchange.folded_constants(kernel, movs, self.constants) if one_warp else set()
+
+    def is_defined(self, x) -> bool:
+        """Whether operand x (a register name or an int) is defined in every thread at the source
+        instruction being expanded (definedness.defined); routine code (index None) proves nothing."""
+        return isinstance(x, int) or (self.index is not None and x in self.defined[self.index])
 
     def read_elsewhere(self, last) -> set:
         """Registers the current expansion reads (other than as `last`'s destination): a value

@@ -42,8 +42,10 @@ machine's, as on a GPU.
 Poison: the original instruction's result is undefined when any operand is (the interpreter's
 "prop" rule), but a select chain can mask an undefined operand (a NaN in another operand picks
 a NaN). So every result is finally xor-ed with a taint, (a ^ b ^ c) - itself: 0, or undefined
-exactly when an operand is. Nothing branches on data (the atomics' retry branches on memory,
-which an atomic's operands may not hold undefined anyway).
+exactly when an operand is (an operand proven defined, gpu_layers.machine.definedness, needs no
+taint). Nothing here branches on data (the atomics' retry branches on memory, which an atomic's
+operands may not hold undefined anyway); the fast entries of add, mul and fma (fast_paths.py) do,
+and only sites whose operands are proven defined call them.
 """
 from __future__ import annotations
 
@@ -131,6 +133,9 @@ class _B:
     def umin(self, w, a, b):
         return self._bin(w, "min", f"u{w}", a, b, min)
 
+    def umax(self, w, a, b):
+        return self._bin(w, "max", f"u{w}", a, b, max)
+
     def smax(self, w, a, b):
         return self._bin(w, "max", f"s{w}", a, b, lambda x, y: max(_s(w, x), _s(w, y)))
 
@@ -207,8 +212,9 @@ class _B:
         return n
 
     def taint(self, ops, w=32):
-        """0, or an undefined value exactly when one of the operands (w-bit) is undefined."""
-        regs = [o for o in ops if isinstance(o, str)]
+        """0, or an undefined value exactly when one of the operands (w-bit) is undefined (0
+        without a step when each is an immediate or proven defined: definedness.py)."""
+        regs = [o for o in ops if not self.em.is_defined(o)]
         if not regs:
             return 0
         t = regs[0]
@@ -466,6 +472,11 @@ class _FloatRoutine:
         self.a, self.b, self.c = em.tmp(F.w), em.tmp(F.w), em.tmp(F.w)
         self.mode, self.ret, self.out = em.tmp(32), em.tmp(32), em.tmp(F.w)
         self.fma, self.add, self.div, self.sqrt = em.label(), em.label(), em.label(), em.label()
+        # the fast entries (operands proven defined: fast_paths.py) and the return chain
+        from . import fast_paths                # (it builds on this module)
+
+        self.fast = fast_paths.labels(em)
+        self.back = em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
         self.returns = []       # indices of the routine's return branches
 
@@ -482,8 +493,8 @@ def has_routines(em) -> bool:
 
 
 def _call(em, entry, a, b, c, mode, F=F32) -> str:
-    """Branch to the routine's `entry` ("fma", "add", "div", "sqrt") with these operands; the
-    result register."""
+    """Branch to the routine's `entry` ("fma", "add", "div", "sqrt", or a fast entry's (op,
+    directed): fast_paths.py) with these operands; the result register."""
     rs = _routines(em)
     r = rs.get(F.name) or rs.setdefault(F.name, _FloatRoutine(em, F))
     k = len(r.sites)
@@ -493,11 +504,22 @@ def _call(em, entry, a, b, c, mode, F=F32) -> str:
             em.emit(f"mov.b{F.w} {reg}, {v}")
     em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
     em.emit(f"mov.b32 {r.ret}, {k}")
-    target = getattr(r, entry)
+    target = r.fast[entry] if isinstance(entry, tuple) else getattr(r, entry)
     r.sites.append((len(em.code), target, back))
     em.emit(f"bra {target}")
     em.place(back)
     return r.out
+
+
+def _entry(em, name, mode, ops, F):
+    """The entry a site calls for `name` ("add", "mul", "fma"): a fast one, (name, directed),
+    where the site may (fast_paths.eligible), else the general one (mul is the FMA entry with
+    c = -0)."""
+    from . import fast_paths                # (it builds on this module)
+
+    if fast_paths.eligible(em, name, ops, F):
+        return name, mode != "rn"
+    return "fma" if name == "mul" else name
 
 
 class _Frame:
@@ -536,7 +558,14 @@ def emit_routines(em) -> None:
         B = _B(em)
         Wd = _words(B, r.F)
         f = _Frame(em, Wd, r.F)
+        from . import fast_paths                            # (it builds on this module)
+
         used = {target for _, target, _ in r.sites}         # only the entries some site calls
+        for lab, emit, general in fast_paths.entries(r):    # first: they branch forward only
+            if lab in used:
+                em.place(lab)
+                emit(B, r, general, r.back)
+                used.add(general)
         common = em.label()
         entries = [(lab, emit) for lab, emit in ((r.add, _emit_addend), (r.div, _emit_quotient),
                                                  (r.sqrt, _emit_root), (r.fma, _emit_product))
@@ -548,6 +577,7 @@ def emit_routines(em) -> None:
                 em.emit(f"bra {common}")
         em.place(common)
         _emit_sum(B, Wd, r, f)
+        em.place(r.back)
         emit_returns(B, r)
 
 
@@ -845,15 +875,17 @@ def x_fbin(em, ins):
     mode = _rmode(ins)
     B = _B(em)
     early = _early_taint(em, B, [a, b], F.w)
-    if ins.opcode in ("mul", "div"):
-        out = _call(em, "fma" if ins.opcode == "mul" else "div", a, b, _zero(mode, F), mode, F)
+    if ins.opcode == "mul":
+        out = _call(em, _entry(em, "mul", mode, [a, b], F), a, b, _zero(mode, F), mode, F)
+    elif ins.opcode == "div":
+        out = _call(em, "div", a, b, _zero(mode, F), mode, F)
     else:
         c = b
         if ins.opcode == "sub":       # f64: a NaN b passes through unnegated (DADD's rule)
             c = B.xor(F.w, b, F.sign)
             if F is F64:
                 c = B.sel(64, b, c, _nan_bits(B, b, F))
-        out = _call(em, "add", a, None, c, mode, F)
+        out = _call(em, _entry(em, "add", mode, [a, b], F), a, None, c, mode, F)
     _write(em, ins, out, B.taint([a, b], F.w) if early is None else early, F.w, F.w)
 
 
@@ -875,7 +907,7 @@ def x_ffma(em, ins):
     a, b, c = (_val(o) for o in ins.operands[1:4])
     B = _B(em)
     early = _early_taint(em, B, [a, b, c], F.w)
-    out = _call(em, "fma", a, b, c, _rmode(ins), F)
+    out = _call(em, _entry(em, "fma", _rmode(ins), [a, b, c], F), a, b, c, _rmode(ins), F)
     _write(em, ins, out, B.taint([a, b, c], F.w) if early is None else early, F.w, F.w)
 
 
@@ -896,7 +928,7 @@ def x_fatom(em, ins):
     B = _B(em)
     atom = ins.opcode == "atom"
     addr, b = (ins.operands[1], ins.operands[2]) if atom else (ins.operands[0], ins.operands[1])
-    b = _val(b)
+    b = src = _val(b)
     space = next((f".{m}" for m in ins.modifiers if m in ("global", "shared")), "")
     cas = ".".join(["atom"] + [m for m in ins.modifiers if m != "add"] + ["cas", f"b{w}"])
     done = em.label() if ins.guard else None
@@ -909,7 +941,9 @@ def x_fatom(em, ins):
     top = em.label()
     em.place(top)
     a = _ftz(B, old) if F is F32 else old
-    new = _call(em, "add", a, None, b, "rn", F)
+    # a global word's old value is defined (a load or cas of a buffer), b is the operand
+    new = _call(em, _entry(em, "add", "rn", [src] if space == ".global" else [a, src], F), a, None, b,
+                "rn", F)
     if F is F32:
         new = _ftz(B, new)
     em.emit(f"{cas} {got}, {addr}, {old}, {new}")

@@ -1,0 +1,222 @@
+"""Fast entries of the float routines: add, mul and (binary32) fma rounded to nearest, for
+operands the lowering proved defined (gpu_layers/machine/definedness.py).
+
+The general routine (softfloat.py) is branch-free on data, so it pays for every special case on
+every call: 138 steps for a binary32 add, 247 for binary64. Most operands of real kernels are
+normal numbers, and where they are also defined a branch on them is allowed, so these entries
+compute the common case directly and fall back to the general entry (the operands are still in
+its argument registers, the mode register says rn) for anything else: a zero, subnormal,
+infinite or NaN operand, a result that is zero, subnormal or overflows. Both end at the
+routine's return chain, so a call site does not know which one ran; every branch is forward, so
+lanes that take different ones reconverge there under the cursor rule.
+
+Exactness: significands sit in a word with guard bits below them (hidden bit at w - 2 for a
+sum, products exact in 64 or 128 bits); the operand shifted right for alignment has the bits it
+loses OR-ed into its lowest bit ("jamming"). The result is then odd where it is inexact and lies
+in the same open interval between two even integers as the exact value, and rounding at bit 1
+or above cannot tell them apart; a large cancellation only happens for alignment shifts of 0 or
+1, which lose nothing. Rounding to nearest even: up = ((rem + lsb) + half - 1) >> k.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+from .softfloat import F32, _B
+
+
+def entries(r) -> list:
+    """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul and
+    (binary32) fma, each rounding to nearest or by the mode register (the directed modes)."""
+    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma)] + ([("fma", emit_fma, r.fma)] if r.F is F32 else [])
+    return [(r.fast[name, directed], partial(emit, directed=directed), general)
+            for name, emit, general in ops for directed in (False, True)]
+
+
+def labels(em) -> dict:
+    """(op, directed) -> a fresh label, for one routine's fast entries."""
+    return {(op, d): em.label() for op in ("add", "mul", "fma") for d in (False, True)}
+
+
+def eligible(em, entry, ops, F) -> bool:
+    """Whether a site may call a fast entry for `entry` ("add", "mul", "fma"): every operand
+    proven defined (a branch on an undefined value would raise)."""
+    return em.fast_floats and (entry != "fma" or F is F32) and all(em.is_defined(o) for o in ops)
+
+
+def _exp32(B: _B, mag, F):
+    """The biased exponent of a magnitude, as a 32-bit value."""
+    e = B.shr(F.w, mag, F.mbits)
+    return B.cvt(32, 64, e) if F.w == 64 else e
+
+
+def _sig(B: _B, mag, F):
+    """The significand with its hidden bit (a normal number's)."""
+    return B.or_(F.w, B.and_(F.w, mag, F.frac), F.hidden)
+
+
+def _normal(B: _B, mag, F):
+    """Whether a magnitude is a normal number: hidden <= mag < inf, one unsigned compare."""
+    return B.setp("lt", f"u{F.w}", B.sub(F.w, mag, F.hidden), F.inf - F.hidden)
+
+
+def _round(B: _B, R2, ww, r, sign, directed):
+    """(sig, up) for a ww-bit R2 whose leading one is at bit ww - 1: its top mbits + 1 bits and
+    whether rounding takes them up (0 or 1): to nearest even, or (directed) by the mode register
+    (rz never; rp for a positive result, rm for a negative one, when inexact). `sign`: a pattern
+    whose top bit is the result's sign."""
+    F = r.F
+    k = ww - 1 - F.mbits
+    sig = B.shr(ww, R2, k)
+    rem = B.and_(ww, R2, (1 << k) - 1)
+    if not directed:
+        return sig, B.shr(ww, B.add(ww, B.add(ww, rem, B.and_(ww, sig, 1)), (1 << (k - 1)) - 1), k)
+    s = B.shr(F.w, sign, F.w - 1)
+    away = B.setp("eq", "u32", r.mode, B.sub(32, 3, B.cvt(32, 64, s) if F.w == 64 else s))
+    return sig, B.sel(ww, 1, 0, B.pand(away, B.setp("ne", f"b{ww}", rem, 0)))
+
+
+def _jam_shift(B: _B, ww, x, d):
+    """x >> d with the bits shifted out OR-ed into bit 0 (d >= ww loses all of x: 0 | 1)."""
+    y = B.shr(ww, x, d)
+    return B.or_(ww, y, B.umin(ww, B.sub(ww, x, B.shl(ww, y, d)), 1))
+
+
+def _pack(B: _B, F, e1, sig, up, ww):
+    """|result| = (e1 << mbits) + sig + up, e1 the biased exponent - 1 (>= 0, checked apart):
+    the hidden bit of sig adds the one back, and a rounding carry moves into the exponent."""
+    su = B.add(ww, sig, up)
+    if ww != F.w:
+        su = B.cvt(F.w, ww, su)
+    e = B.cvt(64, 32, e1) if F.w == 64 else e1
+    return B.add(F.w, B.shl(F.w, e, F.mbits), su)
+
+
+def _finish(B: _B, r, ok, sign_of, mag, general, back):
+    """Fall back to the general entry unless every predicate of `ok` holds; else out = the sign
+    bit of `sign_of` | mag, and return."""
+    em, F = B.em, r.F
+    p = ok[0]
+    for q in ok[1:]:
+        p = B.pand(p, q)
+    em.emit(f"@!{p} bra {general}")
+    em.emit(f"or.b{F.w} {r.out}, {B.and_(F.w, sign_of, F.sign)}, {mag}")
+    em.emit(f"bra {back}")
+
+
+def emit_add(B: _B, r, general, back, directed=False):
+    """a + c: the larger magnitude x and the smaller y, significands with their hidden bit at
+    w - 2 (7 guard bits for binary32, 10 for binary64), y aligned and jammed, added or
+    subtracted, normalized by a leading-zero count and rounded. x normal, y normal or zero."""
+    F = r.F
+    w, u = F.w, f"u{F.w}"
+    maga, magc = B.and_(w, r.a, F.mag), B.and_(w, r.c, F.mag)
+    mx, my = B.umax(w, maga, magc), B.umin(w, maga, magc)
+    x = B.sel(w, r.a, r.c, B.setp("ge", u, maga, magc))      # its sign is the result's
+    ex, ey = _exp32(B, mx, F), _exp32(B, my, F)
+    g = w - 2 - F.mbits
+    py = B.setp("ge", u, my, F.hidden)       # y is not zero or subnormal
+    sx, sy = B.shl(w, _sig(B, mx, F), g), B.sel(w, B.shl(w, _sig(B, my, F), g), 0, py)
+    yj = _jam_shift(B, w, sy, B.sub(32, ex, ey))
+    R = B.sel(w, B.sub(w, sx, yj), B.add(w, sx, yj), B.setp("lt", f"s{w}", B.xor(w, r.a, r.c), 0))
+    n = B.clz(w, R)
+    sig, up = _round(B, B.shl(w, R, n), w, r, x, directed)
+    e1 = B.sub(32, ex, n)                   # the leading one at w - 1 - n: exponent ex + 1 - n
+    mag = _pack(B, F, e1, sig, up, w)
+    ok = [_normal(B, mx, F), B.por(py, B.setp("eq", u, my, 0)), B.setp("ge", "s32", e1, 0),
+          B.setp("ne", f"b{w}", R, 0), B.setp("lt", u, mag, F.inf)]
+    _finish(B, r, ok, x, mag, general, back)
+
+
+def _product(B: _B, sa, sb, F):
+    """(words, top): the exact product of two significands as 64-bit registers, high first, and
+    the position its words' bit 0 count from (binary32: one word; binary64: two)."""
+    em = B.em
+    if F is F32:                            # 24 x 24 bits: 24 multiply steps in one register
+        x = B.cvt(64, 32, sa)
+        R = B.shl(64, B.cvt(64, 32, sb), 40)
+        for _ in range(24):
+            em.emit(f"mstep.b64 {R}, {R}, {x}")
+        return [R]
+    # 53 x 53 bits: b's significand in chunks of 9 + 4 x 11 bits from the top, each chunk's
+    # product (< 2^64) by multiply steps, accumulated as acc = acc * 2^11 + product
+    hi = lo = None
+    for s, bits in ((44, 9), (33, 11), (22, 11), (11, 11), (0, 11)):
+        R = B.and_(64, B.shl(64, sb, 64 - bits - s), ((1 << bits) - 1) << (64 - bits))
+        for _ in range(bits):
+            em.emit(f"mstep.b64 {R}, {R}, {sa}")
+        if lo is None:
+            lo = R
+            continue
+        top = B.shr(64, lo, 53)
+        hi = top if hi is None else B.or_(64, B.shl(64, hi, 11), top)
+        lo2 = B.add(64, B.shl(64, lo, 11), R)
+        hi = B.add(64, hi, B.sel(64, 1, 0, B.setp("lt", "u64", lo2, R)))
+        lo = lo2
+    return [hi, lo]
+
+
+def _normalized_product(B: _B, sa, sb, F):
+    """(n, R2): the product shifted so its leading one is at bit 63 of R2 (binary64: the bits
+    below R2 jammed into its bit 0), n the shift (the product's leading one was at bit
+    64 * words - 1 - n)."""
+    words = _product(B, sa, sb, F)
+    if len(words) == 1:
+        n = B.clz(64, words[0])
+        return n, B.shl(64, words[0], n)
+    hi, lo = words
+    n = B.clz(64, hi)                       # 22 or 23: the product is below 2^106, at least 2^104
+    h = B.or_(64, B.shl(64, hi, n), B.shr(64, lo, B.sub(32, 64, n)))
+    rest = B.setp("ne", "b64", B.shl(64, lo, n), 0)
+    return n, B.or_(64, h, B.sel(64, 1, 0, rest))
+
+
+def emit_mul(B: _B, r, general, back, directed=False):
+    """a * b: the exact product of the significands, normalized and rounded; the biased
+    exponent - 1 is ea + eb - bias - 2 mbits + (its leading one's position) - 1."""
+    F = r.F
+    w = F.w
+    maga, magb = B.and_(w, r.a, F.mag), B.and_(w, r.b, F.mag)
+    ea, eb = _exp32(B, maga, F), _exp32(B, magb, F)
+    n, R2 = _normalized_product(B, _sig(B, maga, F), _sig(B, magb, F), F)
+    top = 63 if F is F32 else 127
+    e1 = B.add(32, B.sub(32, B.add(32, ea, eb), n), top - 1 - F.bias - 2 * F.mbits)
+    sign = B.xor(w, r.a, r.b)
+    sig, up = _round(B, R2, 64, r, sign, directed)
+    mag = _pack(B, F, e1, sig, up, 64)
+    ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
+          B.setp("lt", f"u{w}", mag, F.inf)]
+    _finish(B, r, ok, sign, mag, general, back)
+
+
+def emit_fma(B: _B, r, general, back, directed=False):
+    """binary32 a * b + c: the exact product (48 bits) and c's significand, both with the
+    leading one at bit 61 of a 64-bit word (14 and 38 guard bits), added as emit_add does.
+    E is the biased exponent of bit 61's place. Each operand normal or zero (a zero product or c
+    is a zero term: sums to zero go to the general entry, which knows the zero's sign)."""
+    F = r.F
+    maga, magb, magc = (B.and_(32, v, F.mag) for v in (r.a, r.b, r.c))
+    za, zb, zc = (B.setp("eq", "u32", m, 0) for m in (maga, magb, magc))
+    pz = B.por(za, zb)                      # a zero product: the result is c
+    ea, eb, ec = (B.shr(32, m, F.mbits) for m in (maga, magb, magc))
+    P = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)[0]
+    k = B.clz(64, P)                        # 16 or 17
+    X = B.sel(64, 0, B.shl(64, P, B.sub(32, k, 2)), pz)
+    Ex = B.sub(32, B.add(32, ea, eb), B.add(32, k, F.bias + 2 * F.mbits - 63))
+    C = B.sel(64, 0, B.shl(64, B.cvt(64, 32, _sig(B, magc, F)), 61 - F.mbits), zc)
+    big = B.por(B.setp("gt", "s32", Ex, ec),
+                B.pand(B.setp("eq", "s32", Ex, ec), B.setp("ge", "u64", X, C)))
+    big = B.pand(B.por(big, zc), B.pnot(pz))   # a zero term is the smaller one
+    L, S = B.sel(64, X, C, big), B.sel(64, C, X, big)
+    EL = B.sel(32, Ex, ec, big)
+    d = B.sel(32, B.sub(32, Ex, ec), B.sub(32, ec, Ex), big)
+    sp = B.xor(32, r.a, r.b)
+    yj = _jam_shift(B, 64, S, d)
+    R = B.sel(64, B.sub(64, L, yj), B.add(64, L, yj), B.setp("lt", "s32", B.xor(32, sp, r.c), 0))
+    n = B.clz(64, R)
+    sign = B.sel(32, sp, r.c, big)
+    sig, up = _round(B, B.shl(64, R, n), 64, r, sign, directed)
+    e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at 63 - n: exponent EL + 2 - n
+    mag = _pack(B, F, e1, sig, up, 64)
+    ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
+    ok += [B.setp("ge", "s32", e1, 0), B.setp("ne", "b64", R, 0), B.setp("lt", "u32", mag, F.inf)]
+    _finish(B, r, ok, sign, mag, general, back)

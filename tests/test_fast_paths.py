@@ -1,0 +1,96 @@
+"""The float routines' fast entries (gpu_layers/machine/fast_paths.py) and the definedness analysis
+that allows them (gpu_layers/machine/definedness.py): the analysis proves only what holds, the
+fast entries give the interpreter's bits on normal, zero, tie, cancelling and overflowing
+operands (falling back where they must), they are what normal operands run (the step counts),
+and a site whose operands are not proven defined keeps the general entry."""
+import numpy as np
+import pytest
+
+from gpu_layers.interp import launch
+from gpu_layers.interp.snippets import kernel_ptx
+from gpu_layers.machine import lower
+from gpu_layers.machine.definedness import defined
+from gpu_layers.machine.float_forms import compare, normal_operands
+from gpu_layers.ptx.parser import parse_ptx
+
+
+def _at(k, text):
+    """Index of the instruction whose text starts with `text`."""
+    return next(i for i, ins in enumerate(k.instructions) if str(ins).startswith(text))
+
+
+def test_definedness_proves_what_holds_on_every_path():
+    body = """\tld.param.u64 \t%rd1, [out];
+\tmov.u32 \t%r100, %tid.x;
+\tld.global.f32 \t%f1, [%rd1];
+\tld.shared.f32 \t%f2, [sh];
+\tadd.f32 \t%f3, %f1, %f5;
+\tsetp.lt.u32 \t%p1, %r100, 2;
+\t@%p1 mov.f32 \t%f4, 0f3F800000;
+\tmov.f32 \t%f6, 0f00000000;
+\t@%p1 mov.f32 \t%f6, %f1;
+\tdiv.u32 \t%r2, %r100, 3;
+\tmov.u32 \t%r3, 0;
+$L1:
+\tadd.f32 \t%f6, %f6, %f1;
+\tadd.u32 \t%r3, %r3, 1;
+\t@%p1 bra \t$L2;
+\tmov.f32 \t%f7, %f1;
+$L2:
+\tsetp.lt.u32 \t%p2, %r3, 4;
+\t@%p2 bra \t$L1;
+\tst.global.f32 \t[%rd1], %f6;
+\tret;
+"""
+    k = parse_ptx(kernel_ptx(body, decls="\t.shared .align 4 .b8 sh[4];\n")).kernel()
+    d = defined(k)
+    end = d[_at(k, "st.global")]
+    assert {"%rd1", "%r100", "%f1", "%f6", "%p1", "%r3", "%p2"} <= end
+    # from shared memory, never written, guarded over nothing, a division, one path only
+    assert not end & {"%f2", "%f3", "%f5", "%f4", "%r2", "%f7"}
+    assert "%f6" in d[_at(k, "add.f32 %f6")]           # through the loop's back edge too
+    assert d[0] == frozenset()
+
+
+FAST = ["add.rn.f32", "sub.rn.f32", "mul.rn.f32", "fma.rn.f32", "add.rn.f64", "sub.rn.f64",
+        "mul.rn.f64", "add.rz.f32", "sub.rm.f32", "mul.rp.f32", "fma.rm.f32", "fma.rz.f32",
+        "add.rp.f64", "sub.rz.f64", "mul.rm.f64", "mul.rz.f64"]
+
+
+@pytest.mark.parametrize("form", FAST)
+def test_fast_entries_match_the_interpreter_bit_for_bit(form):
+    A, B, C = normal_operands(3000, np.random.default_rng(11), form.endswith("f64"))
+    want, got, _ = compare(form, A, B, C)
+    wrong = np.nonzero(want != got)[0]
+    assert wrong.size == 0, [(hex(A[i % A.size]), hex(B[i % A.size]), hex(C[i % A.size]), hex(want[i]),
+                              hex(got[i])) for i in wrong[:5]]
+
+
+# steps per thread when every operand is normal: the general routine's are 135 (f32 add),
+# 192 (mul), 196 (fma), 244 (f64 add) and 530 (f64 mul)
+@pytest.mark.parametrize("form,most", [("add.rn.f32", 70), ("mul.rn.f32", 80), ("fma.rn.f32", 130),
+                                       ("add.rn.f64", 75), ("mul.rn.f64", 160), ("add.rm.f32", 75),
+                                       ("fma.rp.f32", 135), ("mul.rz.f64", 165)])
+def test_normal_operands_take_the_fast_entry(form, most):
+    vals = np.array([1.5, -3.25, 1e-3, 7e4, -2.5e-7, 0.1, 33.0, -1.75], np.float64)
+    rng = np.random.default_rng(5)
+    abc = [rng.permutation(np.tile(vals, 8)) for _ in range(3)]
+    dt = np.float64 if form.endswith("f64") else np.float32
+    A, B, C = (x.astype(dt).view(np.uint64 if dt is np.float64 else np.uint32) for x in abc)
+    want, got, steps = compare(form, A, B, C)
+    assert (want == got).all()
+    assert steps <= most
+
+
+def test_a_site_whose_operands_are_not_proven_defined_keeps_the_general_entry():
+    def kernel(load):
+        body = (f"\tld.param.u64 \t%rd1, [out];\n\t{load};\n\tadd.f32 \t%f2, %f1, %f1;\n"
+                "\tst.global.f32 \t[%rd1], %f2;\n\tret;\n")
+        return parse_ptx(kernel_ptx(body, decls="\t.shared .align 4 .b8 sh[4];\n")).kernel()
+    shared = kernel("ld.shared.f32 \t%f1, [sh]")
+    glob = kernel("ld.global.f32 \t%f1, [%rd1]")
+    text = [[str(i) for i in lower(k, fast_floats=f).instructions] for k in (shared, glob) for f in (True, False)]
+    assert text[0] == text[1]           # shared memory may be undefined: the general entry only
+    assert len(text[2]) > len(text[3]) + 30      # global words are defined: the fast entry too
+    out = np.full(1, 0x40000000, np.uint32)       # 2.0
+    assert launch(lower(glob), 1, 1, [out.copy()]).buffers[0][0] == 0x40800000
