@@ -1,12 +1,13 @@
-"""Fast entries of the float routines: add, mul and (binary32) fma rounded to nearest, for
-operands the lowering proved defined (gpu_layers/machine/definedness.py).
+"""Fast entries of the float routines: add, mul and (binary32) fma, rounding to nearest or by
+the mode register, for operands the lowering proved defined (gpu_layers/machine/definedness.py).
 
 The general routine (softfloat.py) is branch-free on data, so it pays for every special case on
-every call: 138 steps for a binary32 add, 247 for binary64. Most operands of real kernels are
+every call: 135 steps for a binary32 add, 244 for binary64. Most operands of real kernels are
 normal numbers, and where they are also defined a branch on them is allowed, so these entries
 compute the common case directly and fall back to the general entry (the operands are still in
-its argument registers, the mode register says rn) for anything else: a zero, subnormal,
-infinite or NaN operand, a result that is zero, subnormal or overflows. Both end at the
+its argument registers, the mode register as the site set it) for anything else: a subnormal,
+infinite or NaN operand, a zero one where it is not a term of a sum, a result that is zero,
+subnormal or overflows. Both end at the
 routine's return chain, so a call site does not know which one ran; every branch is forward, so
 lanes that take different ones reconverge there under the cursor rule.
 
