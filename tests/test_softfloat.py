@@ -145,13 +145,14 @@ def test_the_routine_is_emitted_once_and_sites_return_where_they_called():
 
 def test_division_and_roots_are_entries_of_the_same_routine():
     # a quotient and a root are rounded by the routine's common part, like a product: one
-    # routine with four entries (rcp is 1 / a: the DIV entry), each site returning to itself
+    # routine (rcp is 1 / a: the DIV entry), each site returning to itself; the sites call the
+    # fast add, mul and div entries (rounding to nearest; div.rz's by the mode register) and sqrt
     body = ("\tadd.f32 \t%f10, %f9, 0f3FC00000;\n\tmul.f32 \t%f11, %f10, %f10;\n"
             "\tdiv.rn.f32 \t%f12, %f11, %f9;\n\tsqrt.rn.f32 \t%f13, %f12;\n\trcp.rn.f32 \t%f14, %f13;\n"
             "\tdiv.rz.f32 \t%f15, %f14, %f10;\n\tmov.b32 \t%r1, %f15;\n\tst.global.u32 \t[%rd9], %r1;\n")
     k = _kernel(body)
     mk = lower(k)
-    assert len(mk.calls) == 6 and len({e for _, e, _ in mk.calls}) == 4
+    assert len(mk.calls) == 6 and len({e for _, e, _ in mk.calls}) == 5
     a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
     b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])
     assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
@@ -168,7 +169,7 @@ def test_a_kernel_with_f32_and_f64_arithmetic_has_one_routine_per_format():
             "\tadd.f32 \t%f13, %f11, %f12;\n\tmov.b32 \t%r1, %f13;\n\tst.global.u32 \t[%rd9], %r1;\n")
     k = parse_ptx(kernel_ptx(OUT + body + "\tret;\n", decls="\t.reg .f64 \t%fd<8>;\n")).kernel()
     mk = lower(k)
-    # f64: the fast mul entry (defined operands), sqrt, fma; f32: div, the fast add entry
+    # entries (operands defined): f64 the fast mul and fma ones and sqrt; f32 the fast div and add
     assert len(mk.calls) == 5 and len({e for _, e, _ in mk.calls}) == 5
     a = launch(k, 1, 16, [np.zeros(16, np.uint32)])
     b = launch(mk, 1, 16, [np.zeros(16, np.uint32)])

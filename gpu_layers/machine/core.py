@@ -194,11 +194,12 @@ class Core(CompiledCircuit):
 
 
 # lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
-# written out or in loops, the float routines' fast entries or not, conversions inline or as
-# routines (machine_kernel takes the first whose program fits)
-_LOWERINGS = ({"straight_steps": True}, {"straight_steps": True, "fast_floats": False},
-              {}, {"fast_floats": False}, {"cvt_routines": True},
-              {"cvt_routines": True, "fast_floats": False})
+# written out or in loops, conversions inline or as routines, and within each the float
+# routines' fast entries, all, those of the smaller routines, add only, none (machine_kernel
+# takes the first whose allocated program fits)
+_FAST = (True, frozenset({"add", "mul", "div"}), frozenset({"add"}), False)
+_LOWERINGS = tuple({**o, "fast_floats": f} for o in ({"straight_steps": True}, {}, {"cvt_routines": True})
+                   for f in _FAST)
 
 
 def machine_kernel(kernel, grid, block, args=()):
@@ -215,8 +216,8 @@ def machine_kernel(kernel, grid, block, args=()):
     (gpu_layers.machine.remat) and the kernel allocated again. The machine's multiply and divide
     steps are written out (lower's straight_steps) and the float routines get their fast entries
     (gpu_layers.machine.fast_paths) unless the code is then longer than the program memory (PCS);
-    then the fast entries go, then the steps loop, and if it is still longer, the float
-    conversions become calls of routines with the mode in a register
+    then the fast entries go (the largest first), then the steps loop, and if it is still
+    longer, the float conversions become calls of routines with the mode in a register
     (gpu_layers.machine.cvt_routines): _LOWERINGS. Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's

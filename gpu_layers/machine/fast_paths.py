@@ -22,26 +22,30 @@ from __future__ import annotations
 
 from functools import partial
 
-from .softfloat import F32, _B
+from .softfloat import F32, _B, _W128
 
 
 def entries(r) -> list:
     """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul and
     (binary32) fma, each rounding to nearest or by the mode register (the directed modes)."""
-    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma)] + ([("fma", emit_fma, r.fma)] if r.F is F32 else [])
+    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma)]
+    ops += [("fma", emit_fma if r.F is F32 else emit_fma64, r.fma)]
+    if r.F is F32:
+        ops += [("div", emit_div, r.div)]
     return [(r.fast[name, directed], partial(emit, directed=directed), general)
             for name, emit, general in ops for directed in (False, True)]
 
 
 def labels(em) -> dict:
     """(op, directed) -> a fresh label, for one routine's fast entries."""
-    return {(op, d): em.label() for op in ("add", "mul", "fma") for d in (False, True)}
+    return {(op, d): em.label() for op in ("add", "mul", "fma", "div") for d in (False, True)}
 
 
 def eligible(em, entry, ops, F) -> bool:
-    """Whether a site may call a fast entry for `entry` ("add", "mul", "fma"): every operand
-    proven defined (a branch on an undefined value would raise)."""
-    return em.fast_floats and (entry != "fma" or F is F32) and all(em.is_defined(o) for o in ops)
+    """Whether a site may call a fast entry for `entry` ("add", "mul", "fma", "div"): every
+    operand proven defined (a branch on an undefined value would raise)."""
+    allowed = em.fast_floats is True or (em.fast_floats and entry in em.fast_floats)
+    return allowed and (entry != "div" or F is F32) and all(em.is_defined(o) for o in ops)
 
 
 def _exp32(B: _B, mag, F):
@@ -220,4 +224,72 @@ def emit_fma(B: _B, r, general, back, directed=False):
     mag = _pack(B, F, e1, sig, up, 64)
     ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
     ok += [B.setp("ge", "s32", e1, 0), B.setp("ne", "b64", R, 0), B.setp("lt", "u32", mag, F.inf)]
+    _finish(B, r, ok, sign, mag, general, back)
+
+
+QUOTIENT_STEPS = 27         # binary32 quotient bits (softfloat's DIV entry computes as many)
+
+
+def emit_div(B: _B, r, general, back, directed=False):
+    """binary32 a / b: q = floor(x 2^26 / y) of the significands by 27 machine divide steps
+    (softfloat._f32_quotient's register layout: R = rem << 27 | q), the remainder's sticky bit
+    below it (q' = 2q + sticky: odd where inexact, as jamming), normalized and rounded. q' has its
+    leading one at 31 - n, so the biased exponent - 1 is ea - eb + bias + 3 - n."""
+    em, F = B.em, r.F
+    steps = QUOTIENT_STEPS
+    maga, magb = B.and_(32, r.a, F.mag), B.and_(32, r.b, F.mag)
+    ea, eb = B.shr(32, maga, F.mbits), B.shr(32, magb, F.mbits)
+    R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
+    d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
+    for _ in range(steps):
+        em.emit(f"dstep.b64 {R}, {R}, {d}")
+    q = B.cvt(32, 64, B.and_(64, R, (1 << steps) - 1))
+    sticky = B.sel(32, 1, 0, B.setp("ne", "b64", B.shr(64, R, steps), 0))
+    q2 = B.or_(32, B.shl(32, q, 1), sticky)
+    n = B.clz(32, q2)
+    sign = B.xor(32, r.a, r.b)
+    sig, up = _round(B, B.shl(32, q2, n), 32, r, sign, directed)
+    e1 = B.sub(32, B.sub(32, ea, eb), B.sub(32, n, F.bias + 3))
+    mag = _pack(B, F, e1, sig, up, 32)
+    ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
+          B.setp("lt", "u32", mag, F.inf)]
+    _finish(B, r, ok, sign, mag, general, back)
+
+
+def emit_fma64(B: _B, r, general, back, directed=False):
+    """binary64 a * b + c, as emit_fma in 128-bit words (softfloat._W128): the exact product
+    (106 bits) with its leading one moved to bit 125 (20 guard bits), c's significand there too
+    (73), the smaller jammed into place, added, normalized to bit 127 and rounded from the high
+    word with the low word jammed into its bit 0. E is the biased exponent of bit 125's place."""
+    F = r.F
+    Wd = _W128(B)
+    maga, magb, magc = (B.and_(64, v, F.mag) for v in (r.a, r.b, r.c))
+    za, zb, zc = (B.setp("eq", "u64", m, 0) for m in (maga, magb, magc))
+    pz = B.por(za, zb)                      # a zero product: the result is c
+    ea, eb, ec = (_exp32(B, m, F) for m in (maga, magb, magc))
+    hi, lo = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)
+    k = B.clz(64, hi)                       # 22 or 23: the leading one at 127 - k
+    X = Wd.sel(0, Wd.shl((hi, lo), B.sub(32, k, 2)), pz)
+    Ex = B.sub(32, B.add(32, ea, eb), B.add(32, k, F.bias + 2 * F.mbits - 127))
+    C = Wd.sel(0, (B.shl(64, _sig(B, magc, F), 125 - 64 - F.mbits), 0), zc)
+    Xh, Ch = Wd.parts(X)[0], Wd.parts(C)[0]
+    big = B.por(B.setp("gt", "s32", Ex, ec),            # C's low word is 0: X >= C by the highs
+                B.pand(B.setp("eq", "s32", Ex, ec), B.setp("ge", "u64", Xh, Ch)))
+    big = B.pand(B.por(big, zc), B.pnot(pz))   # a zero term is the smaller one
+    L, S = Wd.sel(X, C, big), Wd.sel(C, X, big)
+    EL = B.sel(32, Ex, ec, big)
+    d = B.sel(32, B.sub(32, Ex, ec), B.sub(32, ec, Ex), big)
+    sp = B.xor(64, r.a, r.b)
+    y = Wd.shr(S, d)
+    yj = Wd.or_low(y, B.sel(64, 1, 0, Wd.setp("ne", Wd.shl(y, d), S)))
+    R = Wd.sel(Wd.sub(L, yj), Wd.add(L, yj), B.setp("lt", "s64", B.xor(64, sp, r.c), 0))
+    n = Wd.clz(R)
+    Rh, Rl = Wd.parts(Wd.shl(R, n))
+    R2 = B.or_(64, Rh, B.sel(64, 1, 0, B.setp("ne", "b64", Rl, 0)))
+    sign = B.sel(64, sp, r.c, big)
+    sig, up = _round(B, R2, 64, r, sign, directed)
+    e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at 127 - n: exponent EL + 2 - n
+    mag = _pack(B, F, e1, sig, up, 64)
+    ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
+    ok += [B.setp("ge", "s32", e1, 0), Wd.setp("ne", R, 0), B.setp("lt", "u64", mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)

@@ -94,7 +94,7 @@ def machine_problems(kernel) -> list[str]:
 
 
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
-          straight_steps: bool = False, fast_floats: bool = True) -> Kernel:
+          straight_steps: bool = False, fast_floats=True) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -106,10 +106,10 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     (gpu_layers.machine.cvt_routines: fewer instructions, more steps) instead of inline code.
     `straight_steps`: the machine's multiply and divide steps written out one after another
     instead of in counted loops (no counter steps, more instructions: for programs that fit)
-    where they run often: in the float routines and inside the source's loops. `fast_floats`:
-    float adds, multiplies and binary32 fmas rounded to nearest whose operands are proven defined
-    call the routines' fast entries (gpu_layers.machine.fast_paths: fewer steps, more
-    instructions).
+    where they run often: in the float routines and inside the source's loops. `fast_floats`
+    (True, False, or a set of "add", "mul", "fma", "div"): float sites of those operations whose
+    operands are proven defined call the routines' fast entries (gpu_layers.machine.fast_paths:
+    fewer steps, more instructions).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -213,7 +213,7 @@ class _Emitter:
     def __init__(self, kernel, one_warp=False):
         self.one_warp = one_warp
         self.straight = False       # multiply / divide steps written out (lower's straight_steps)
-        self.fast_floats = False    # float sites may call the routines' fast entries (lower's fast_floats)
+        self.fast_floats = False    # which float sites may call the routines' fast entries (lower's fast_floats)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step

@@ -512,7 +512,7 @@ def _call(em, entry, a, b, c, mode, F=F32) -> str:
 
 
 def _entry(em, name, mode, ops, F):
-    """The entry a site calls for `name` ("add", "mul", "fma"): a fast one, (name, directed),
+    """The entry a site calls for `name` ("add", "mul", "fma", "div"): a fast one, (name, directed),
     where the site may (fast_paths.eligible), else the general one (mul is the FMA entry with
     c = -0)."""
     from . import fast_paths                # (it builds on this module)
@@ -878,7 +878,7 @@ def x_fbin(em, ins):
     if ins.opcode == "mul":
         out = _call(em, _entry(em, "mul", mode, [a, b], F), a, b, _zero(mode, F), mode, F)
     elif ins.opcode == "div":
-        out = _call(em, "div", a, b, _zero(mode, F), mode, F)
+        out = _call(em, _entry(em, "div", mode, [a, b], F), a, b, _zero(mode, F), mode, F)
     else:
         c = b
         if ins.opcode == "sub":       # f64: a NaN b passes through unnegated (DADD's rule)
@@ -897,7 +897,7 @@ def x_funary(em, ins):
     if ins.opcode == "sqrt":
         out = _call(em, "sqrt", a, None, _zero(mode, F), mode, F)
     else:
-        out = _call(em, "div", F.one, a, _zero(mode, F), mode, F)
+        out = _call(em, _entry(em, "div", mode, [a], F), F.one, a, _zero(mode, F), mode, F)
     _write(em, ins, out, _B(em).taint([a], F.w), F.w, F.w)
 
 
