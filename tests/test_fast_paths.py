@@ -6,6 +6,7 @@ and a site whose operands are not proven defined keeps the general entry."""
 import numpy as np
 import pytest
 
+from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import lower
@@ -96,3 +97,62 @@ def test_a_site_whose_operands_are_not_proven_defined_keeps_the_general_entry():
     assert len(text[2]) > len(text[3]) + 30      # global words are defined: the fast entry too
     out = np.full(1, 0x40000000, np.uint32)       # 2.0
     assert launch(lower(glob), 1, 1, [out.copy()]).buffers[0][0] == 0x40800000
+
+
+DIV64 = """\tld.param.u64 \t%rd1, [out];
+\tld.param.u64 \t%rd2, [inp];
+\tmov.u32 \t%r1, %tid.x;
+\tmul.wide.u32 \t%rd3, %r1, 16;
+\tadd.s64 \t%rd4, %rd2, %rd3;
+\tld.global.u64 \t%rd5, [%rd4];
+\tld.global.u64 \t%rd6, [%rd4+8];
+\tOP \t%rd7, %rd5, %rd6;
+\tmul.wide.u32 \t%rd8, %r1, 8;
+\tadd.s64 \t%rd9, %rd1, %rd8;
+\tst.global.u64 \t[%rd9], %rd7;
+\tret;
+"""
+
+
+def _div64(op, a, b):
+    k = parse_ptx(kernel_ptx(DIV64.replace("OP", op), params=[("out", "u64"), ("inp", "u64")])).kernel()
+    inp = np.stack([a, b], 1).ravel()
+    res = [launch(x, 1, a.size, [np.zeros(a.size, np.uint64), inp.copy()]) for x in (k, lower(k))]
+    return res[0].buffers[0], res[1].buffers[0], (res[1].lane_issues - res[0].lane_issues) * 4 / a.size
+
+
+@pytest.mark.parametrize("op", ["rem.u64", "div.u64", "rem.s64", "div.s64"])
+def test_64_bit_division_by_a_32_bit_divisor_branches_and_is_exact(op):
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 1 << 64, 64, dtype=np.uint64)
+    small = rng.integers(1, 1 << 32, 64, dtype=np.uint64)
+    b = np.where(rng.integers(0, 2, 64).astype(bool), small, rng.integers(1, 1 << 64, 64, dtype=np.uint64))
+    a[:6] = [2 ** 64 - 1, 2 ** 64 - 1, 2 ** 63, 5, 2 ** 62, 2 ** 64 - 7]       # and edge divisors
+    b[:6] = [1, 0xFFFFFFFF, 0x100000000, 2 ** 64 - 1, 2 ** 64 - 1, 0x80000000]
+    want, got, _ = _div64(op, a, b)
+    assert (want == got).all(), [(hex(x), hex(y)) for x, y, w, g in zip(a, b, want, got) if w != g][:4]
+    want, got, steps = _div64(op, a, small)           # every divisor below 2^32: the short path
+    assert (want == got).all() and steps < 160        # (the general loop: about 500)
+
+
+def test_64_bit_division_by_zero_stays_undefined():
+    a = np.arange(1, 5, dtype=np.uint64)
+    b = np.array([3, 0, 5, 7], np.uint64)
+    k = parse_ptx(kernel_ptx(DIV64.replace("OP", "rem.u64"), params=[("out", "u64"), ("inp", "u64")])).kernel()
+    for x in (k, lower(k)):
+        with pytest.raises(UninitializedRead, match=r"thread \(1,0,0\)"):
+            launch(x, 1, 4, [np.zeros(4, np.uint64), np.stack([a, b], 1).ravel()])
+
+
+def test_64_bit_division_branches_on_a_defined_divisor_whatever_the_dividend():
+    # thread 1's dividend is never written: the short path computes an undefined result from it,
+    # as the original instruction does; the branch itself reads only the divisor
+    text = DIV64.replace("\tld.global.u64 \t%rd5, [%rd4];\n",
+                         "\tsetp.ne.u32 \t%p1, %r1, 1;\n\t@%p1 ld.global.u64 \t%rd5, [%rd4];\n")
+    k = parse_ptx(kernel_ptx(text.replace("OP", "rem.u64"), params=[("out", "u64"), ("inp", "u64")])).kernel()
+    mk = lower(k)
+    assert any(str(i).startswith("setp.gt.u64") and str(i).endswith("4294967295") for i in mk.instructions)
+    inp = np.array([10, 3, 11, 4, 12, 5, 13, 6], np.uint64)
+    for x in (k, mk):
+        with pytest.raises(UninitializedRead, match=r"thread \(1,0,0\)"):
+            launch(x, 1, 4, [np.zeros(4, np.uint64), inp.copy()])
