@@ -24,9 +24,11 @@ rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
   * ADD: a itself (a * 1.0 is exact). sub flips c's sign first; mul is fma(a, b, -0) (+0 under
     rm: x + (+-0) rounds like x in every mode, and a zero product keeps its sign);
   * DIV: a / b, a quotient of the normalized significands with 27 / 56 bits (restoring division,
-    one bit per step) and the remainder's sticky bit below it, c = -0 as for mul; rcp is 1.0 / b;
+    one machine divide step a bit: `_f32_quotient`, `_f64_quotient`) and the remainder's sticky
+    bit below it, c = -0 as for mul; rcp is 1.0 / b;
   * SQRT: the integer square root of the normalized significand scaled to an even exponent (one
-    bit per step) with the remainder's sticky bit; sqrt(-0) = -0.
+    bit per turn, binary64's in 64-bit registers: `_isqrt`) with the remainder's sticky bit;
+    sqrt(-0) = -0.
 
 The common part works on wide words (`_W64`: one 64-bit register for binary32, `_W128`: a pair of
 64-bit registers for binary64's 106-bit products; shifts by a register use PTX's clamped shift
@@ -637,22 +639,36 @@ def _emit_quotient(B, Wd, r, f):
     if F is F32:
         _f32_quotient(B, Wd, f, x, y, binf, steps)
         return
-    rem, q, cnt = em.tmp(w), em.tmp(w), em.tmp(32)
-    em.emit(f"selp.b{w} {rem}, 0, {x}, {binf}")                        # x / inf is 0
-    em.emit(f"mov.b{w} {q}, 0")
-    em.emit(f"mov.b32 {cnt}, {steps}")
-    top = em.label()
-    em.place(top)                       # rem < 2y throughout (x < 2^(mbits + 1) <= 2y)
-    take = B.setp("ge", u, rem, y)
-    em.emit(f"selp.b{w} {rem}, {B.sub(w, rem, y)}, {rem}, {take}")
-    q2 = B.shl(w, q, 1)
-    em.emit(f"selp.b{w} {q}, {B.or_(w, q2, 1)}, {q2}, {take}")
-    em.emit(f"shl.b{w} {rem}, {rem}, 1")
-    em.emit(f"sub.u32 {cnt}, {cnt}, 1")
-    more = B.setp("ne", "u32", cnt, 0)
-    em.emit(f"@{more} bra {top}")
-    sticky = B.sel(w, 1, 0, B.setp("ne", f"b{w}", rem, 0))
-    Wd.set_from(f.P, B.or_(w, B.shl(w, q, 1), sticky), w)
+    _f64_quotient(B, Wd, f, x, y, binf, steps)
+
+
+F64_QUOTIENT_CHUNK = 8      # quotient bits a turn of binary64's quotient loop (56 bits: 7 turns)
+
+
+def _f64_quotient(B, Wd, f, x, y, binf, steps):
+    """binary64's 56 quotient bits with machine divide steps, 8 a turn: the long division
+    compares rem >= y, subtracts, and doubles rem (rem < 2y < 2^54 throughout), so with
+    R = rem << 8 | (the turn's quotient bits) and `dstep R, R, (2y << 8) - 1` (2 R's top part
+    2 rem against 2y) a step is one bit, and 2 R stays below 2^(55 + 9) = 2^64. Each turn then
+    moves its 8 bits into q and clears them; after the last, R's top part is the final (doubled)
+    remainder, whose being nonzero is the sticky bit."""
+    from .lower import _counted_loop     # (lower imports this module)
+    em, k = B.em, F64_QUOTIENT_CHUNK
+    assert steps % k == 0
+    low = (1 << k) - 1
+    R, q = em.tmp(64), em.tmp(64)
+    em.emit(f"shl.b64 {R}, {B.sel(64, 0, x, binf)}, {k}")             # x / inf is 0
+    em.emit(f"mov.b64 {q}, 0")
+    d = B.sub(64, B.shl(64, y, k + 1), 1)
+
+    def turn():
+        for _ in range(k):
+            em.emit(f"dstep.b64 {R}, {R}, {d}")
+        em.emit(f"or.b64 {q}, {B.shl(64, q, k)}, {B.and_(64, R, low)}")
+        em.emit(f"and.b64 {R}, {R}, {~low & _M[64]}")
+    _counted_loop(em, steps // k, turn)
+    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", R, 0))
+    Wd.set_from(f.P, B.or_(64, B.shl(64, q, 1), sticky), 64)
 
 
 F32_QUOTIENT_UNROLL = 9    # divide steps a turn of binary32's quotient loop (27 bits: 3 turns)
@@ -699,6 +715,11 @@ def _emit_root(B, Wd, r, f):
     # sqrt(a) = sqrt(m * 2^shift) * 2^(E/2 - shift/2)
     em.emit(f"shr.s32 {f.ep}, {E}, 1")
     em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
+    if F is F64:                            # in 64-bit registers instead of 128-bit words
+        root, rem = _isqrt(B, m, shift, steps)
+        sticky = B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0))
+        Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), sticky))
+        return
     num, res, bit = Wd.reg(), Wd.reg(), Wd.reg()
     Wd.set(num, Wd.shl(Wd.from_(m, w), shift))
     Wd.set(res, 0)
@@ -715,6 +736,36 @@ def _emit_root(B, Wd, r, f):
     em.emit(f"@{more} bra {top}")
     sticky = B.sel(64, 1, 0, Wd.setp("ne", num, 0))
     Wd.set(f.P, Wd.or_low(Wd.shl(res, 1), sticky))
+
+
+ROOT_UNROLL = 4     # root bits a turn of binary64's root loop (56 bits: 14 turns)
+
+
+def _isqrt(B, m, shift, steps):
+    """(root, remainder) of binary64's num = m << shift (< 4^steps) by the digit-by-digit method
+    in 64-bit registers: num's bit pairs come from the top of mm = m << (shift + 64 - 2 steps)
+    (num's bits below those are zeros: the 112-bit num is m << 10 above 48 zero bits), and
+    rem = 4 rem + pair; the trial T + 1 with T = 4 root; where rem >= T + 1, rem -= T + 1 and
+    the root's new bit is 1 (T = 2 T + 4), else T = 2 T. rem <= 2 root < 2^(steps + 1) and
+    T < 2^(steps + 2): both fit. About 11 steps a bit (it was 40 in 128-bit words; binary32's
+    own loop, in one 64-bit word, is already as short)."""
+    from .lower import _counted_loop     # (lower imports this module)
+    em = B.em
+    mm, rem, T = em.tmp(64), em.tmp(64), em.tmp(64)
+    em.emit(f"shl.b64 {mm}, {m}, {shift + 64 - 2 * steps}")
+    em.emit(f"mov.b64 {rem}, 0")
+    em.emit(f"mov.b64 {T}, 0")
+
+    def bit():
+        em.emit(f"or.b64 {rem}, {B.shl(64, rem, 2)}, {B.shr(64, mm, 62)}")
+        em.emit(f"shl.b64 {mm}, {mm}, 2")
+        trial = B.add(64, T, 1)
+        take = B.setp("ge", "u64", rem, trial)
+        em.emit(f"min.u64 {rem}, {rem}, {B.sub(64, rem, trial)}")    # rem - trial where it fits
+        em.emit(f"shl.b64 {T}, {T}, 1")
+        em.emit(f"@{take} add.u64 {T}, {T}, 4")
+    _counted_loop(em, steps // ROOT_UNROLL, lambda: [bit() for _ in range(ROOT_UNROLL)])
+    return B.shr(64, T, 2), rem
 
 
 F64_PRODUCT_UNROLL = 4     # multiply steps a turn of binary64's product loops (28 bits: 7 turns)
