@@ -1,5 +1,6 @@
-"""Fast entries of the float routines: add, mul and (binary32) fma, rounding to nearest or by
-the mode register, for operands the lowering proved defined (gpu_layers/machine/definedness.py).
+"""Fast entries of the float routines: add, mul and fma (binary32 and binary64) and binary32
+division, rounding to nearest or by the mode register, for operands the lowering proved defined
+(gpu_layers/machine/definedness.py).
 
 The general routine (softfloat.py) is branch-free on data, so it pays for every special case on
 every call: 135 steps for a binary32 add, 244 for binary64. Most operands of real kernels are
@@ -7,9 +8,9 @@ normal numbers, and where they are also defined a branch on them is allowed, so 
 compute the common case directly and fall back to the general entry (the operands are still in
 its argument registers, the mode register as the site set it) for anything else: a subnormal,
 infinite or NaN operand, a zero one where it is not a term of a sum, a result that is zero,
-subnormal or overflows. Both end at the
-routine's return chain, so a call site does not know which one ran; every branch is forward, so
-lanes that take different ones reconverge there under the cursor rule.
+subnormal or overflows. Both end at the routine's return chain, so a call site does not know
+which one ran; every branch is forward, so lanes that take different ones reconverge there under
+the cursor rule.
 
 Exactness: significands sit in a word with guard bits below them (hidden bit at w - 2 for a
 sum, products exact in 64 or 128 bits); the operand shifted right for alignment has the bits it
@@ -22,14 +23,13 @@ from __future__ import annotations
 
 from functools import partial
 
-from .softfloat import F32, _B, _W128
+from .softfloat import F32, _B, _words
 
 
 def entries(r) -> list:
-    """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul and
-    (binary32) fma, each rounding to nearest or by the mode register (the directed modes)."""
-    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma)]
-    ops += [("fma", emit_fma if r.F is F32 else emit_fma64, r.fma)]
+    """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul, fma
+    and (binary32) div, each rounding to nearest or by the mode register (the directed modes)."""
+    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma), ("fma", emit_fma, r.fma)]
     if r.F is F32:
         ops += [("div", emit_div, r.div)]
     return [(r.fast[name, directed], partial(emit, directed=directed), general)
@@ -80,8 +80,13 @@ def _round(B: _B, R2, ww, r, sign, directed):
     return sig, B.sel(ww, 1, 0, B.pand(away, B.setp("ne", f"b{ww}", rem, 0)))
 
 
-def _jam_shift(B: _B, ww, x, d):
-    """x >> d with the bits shifted out OR-ed into bit 0 (d >= ww loses all of x: 0 | 1)."""
+def _jam_shift(B: _B, x, d, ww=64, Wd=None):
+    """x >> d with the bits shifted out OR-ed into bit 0 (d >= the width loses all of x: 0 | 1):
+    a ww-bit word (the lost bits' min with 1), or a 128-bit pair (Wd a _W128: whether shifting
+    back gives x again, fewer steps than a 128-bit subtraction)."""
+    if Wd is not None and Wd.w == 128:
+        y = Wd.shr(x, d)
+        return Wd.or_low(y, B.sel(64, 1, 0, Wd.setp("ne", Wd.shl(y, d), x)))
     y = B.shr(ww, x, d)
     return B.or_(ww, y, B.umin(ww, B.sub(ww, x, B.shl(ww, y, d)), 1))
 
@@ -121,7 +126,7 @@ def emit_add(B: _B, r, general, back, directed=False):
     g = w - 2 - F.mbits
     py = B.setp("ge", u, my, F.hidden)       # y is not zero or subnormal
     sx, sy = B.shl(w, _sig(B, mx, F), g), B.sel(w, B.shl(w, _sig(B, my, F), g), 0, py)
-    yj = _jam_shift(B, w, sy, B.sub(32, ex, ey))
+    yj = _jam_shift(B, sy, B.sub(32, ex, ey), w)
     R = B.sel(w, B.sub(w, sx, yj), B.add(w, sx, yj), B.setp("lt", f"s{w}", B.xor(w, r.a, r.c), 0))
     n = B.clz(w, R)
     sig, up = _round(B, B.shl(w, R, n), w, r, x, directed)
@@ -133,8 +138,8 @@ def emit_add(B: _B, r, general, back, directed=False):
 
 
 def _product(B: _B, sa, sb, F):
-    """(words, top): the exact product of two significands as 64-bit registers, high first, and
-    the position its words' bit 0 count from (binary32: one word; binary64: two)."""
+    """The exact product of two significands as a list of 64-bit registers, high first
+    (binary32: one word; binary64: two)."""
     em = B.em
     if F is F32:                            # 24 x 24 bits: 24 multiply steps in one register
         x = B.cvt(64, 32, sa)
@@ -194,37 +199,56 @@ def emit_mul(B: _B, r, general, back, directed=False):
 
 
 def emit_fma(B: _B, r, general, back, directed=False):
-    """binary32 a * b + c: the exact product (48 bits) and c's significand, both with the
-    leading one at bit 61 of a 64-bit word (14 and 38 guard bits), added as emit_add does.
-    E is the biased exponent of bit 61's place. Each operand normal or zero (a zero product or c
-    is a zero term: sums to zero go to the general entry, which knows the zero's sign)."""
+    """a * b + c in the routine's wide words (softfloat._words: one 64-bit register for binary32,
+    a 128-bit pair for binary64): the exact product (48 / 106 bits) and c's significand, both
+    with the leading one at bit T = width - 3 (61 / 125; guard bits 14 and 38 / 20 and 73), the
+    smaller jammed into place, added or subtracted, normalized to the top bit and rounded from the
+    high word (binary64: the low word jammed into its bit 0). E is the biased exponent of bit T's
+    place. Each operand normal or zero (a zero product or c is a zero term: sums to zero go to the
+    general entry, which knows the zero's sign)."""
     F = r.F
-    maga, magb, magc = (B.and_(32, v, F.mag) for v in (r.a, r.b, r.c))
-    za, zb, zc = (B.setp("eq", "u32", m, 0) for m in (maga, magb, magc))
+    w, u = F.w, f"u{F.w}"
+    Wd = _words(B, F)
+    T = Wd.w - 3
+    maga, magb, magc = (B.and_(w, v, F.mag) for v in (r.a, r.b, r.c))
+    za, zb, zc = (B.setp("eq", u, m, 0) for m in (maga, magb, magc))
     pz = B.por(za, zb)                      # a zero product: the result is c
-    ea, eb, ec = (B.shr(32, m, F.mbits) for m in (maga, magb, magc))
-    P = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)[0]
-    k = B.clz(64, P)                        # 16 or 17
-    X = B.sel(64, 0, B.shl(64, P, B.sub(32, k, 2)), pz)
-    Ex = B.sub(32, B.add(32, ea, eb), B.add(32, k, F.bias + 2 * F.mbits - 63))
-    C = B.sel(64, 0, B.shl(64, B.cvt(64, 32, _sig(B, magc, F)), 61 - F.mbits), zc)
-    big = B.por(B.setp("gt", "s32", Ex, ec),
-                B.pand(B.setp("eq", "s32", Ex, ec), B.setp("ge", "u64", X, C)))
+    ea, eb, ec = (_exp32(B, m, F) for m in (maga, magb, magc))
+    words = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)
+    k = B.clz(64, words[0])                 # the leading one at width - 1 - k (16/17, 22/23)
+    X = Wd.sel(0, Wd.shl(words[0] if len(words) == 1 else tuple(words), B.sub(32, k, 2)), pz)
+    Ex = B.sub(32, B.add(32, ea, eb), B.add(32, k, F.bias + 2 * F.mbits - (Wd.w - 1)))
+    C = Wd.sel(0, Wd.shl(Wd.from_(_sig(B, magc, F), w), T - F.mbits), zc)
+    big = B.por(B.setp("gt", "s32", Ex, ec),            # C's lower word is 0: X >= C by the highs
+                B.pand(B.setp("eq", "s32", Ex, ec), B.setp("ge", "u64", _high(Wd, X), _high(Wd, C))))
     big = B.pand(B.por(big, zc), B.pnot(pz))   # a zero term is the smaller one
-    L, S = B.sel(64, X, C, big), B.sel(64, C, X, big)
+    L, S = Wd.sel(X, C, big), Wd.sel(C, X, big)
     EL = B.sel(32, Ex, ec, big)
     d = B.sel(32, B.sub(32, Ex, ec), B.sub(32, ec, Ex), big)
-    sp = B.xor(32, r.a, r.b)
-    yj = _jam_shift(B, 64, S, d)
-    R = B.sel(64, B.sub(64, L, yj), B.add(64, L, yj), B.setp("lt", "s32", B.xor(32, sp, r.c), 0))
-    n = B.clz(64, R)
-    sign = B.sel(32, sp, r.c, big)
-    sig, up = _round(B, B.shl(64, R, n), 64, r, sign, directed)
-    e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at 63 - n: exponent EL + 2 - n
+    sp = B.xor(w, r.a, r.b)
+    yj = _jam_shift(B, S, d, 64, Wd)
+    R = Wd.sel(Wd.sub(L, yj), Wd.add(L, yj), B.setp("lt", f"s{w}", B.xor(w, sp, r.c), 0))
+    n = Wd.clz(R)
+    sign = B.sel(w, sp, r.c, big)
+    sig, up = _round(B, _high_jammed(B, Wd, Wd.shl(R, n)), 64, r, sign, directed)
+    e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at width - 1 - n: exponent EL + 2 - n
     mag = _pack(B, F, e1, sig, up, 64)
     ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
-    ok += [B.setp("ge", "s32", e1, 0), B.setp("ne", "b64", R, 0), B.setp("lt", "u32", mag, F.inf)]
+    ok += [B.setp("ge", "s32", e1, 0), Wd.setp("ne", R, 0), B.setp("lt", u, mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)
+
+
+def _high(Wd, x):
+    """The high 64-bit word of a wide word."""
+    return x if Wd.w == 64 else Wd.parts(x)[0]
+
+
+def _high_jammed(B: _B, Wd, x):
+    """The high 64-bit word with every lower bit OR-ed into its bit 0."""
+    if Wd.w == 64:
+        return x
+    hi, lo = Wd.parts(x)
+    return B.or_(64, hi, B.sel(64, 1, 0, B.setp("ne", "b64", lo, 0)))
 
 
 QUOTIENT_STEPS = 27         # binary32 quotient bits (softfloat's DIV entry computes as many)
@@ -253,43 +277,4 @@ def emit_div(B: _B, r, general, back, directed=False):
     mag = _pack(B, F, e1, sig, up, 32)
     ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
           B.setp("lt", "u32", mag, F.inf)]
-    _finish(B, r, ok, sign, mag, general, back)
-
-
-def emit_fma64(B: _B, r, general, back, directed=False):
-    """binary64 a * b + c, as emit_fma in 128-bit words (softfloat._W128): the exact product
-    (106 bits) with its leading one moved to bit 125 (20 guard bits), c's significand there too
-    (73), the smaller jammed into place, added, normalized to bit 127 and rounded from the high
-    word with the low word jammed into its bit 0. E is the biased exponent of bit 125's place."""
-    F = r.F
-    Wd = _W128(B)
-    maga, magb, magc = (B.and_(64, v, F.mag) for v in (r.a, r.b, r.c))
-    za, zb, zc = (B.setp("eq", "u64", m, 0) for m in (maga, magb, magc))
-    pz = B.por(za, zb)                      # a zero product: the result is c
-    ea, eb, ec = (_exp32(B, m, F) for m in (maga, magb, magc))
-    hi, lo = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)
-    k = B.clz(64, hi)                       # 22 or 23: the leading one at 127 - k
-    X = Wd.sel(0, Wd.shl((hi, lo), B.sub(32, k, 2)), pz)
-    Ex = B.sub(32, B.add(32, ea, eb), B.add(32, k, F.bias + 2 * F.mbits - 127))
-    C = Wd.sel(0, (B.shl(64, _sig(B, magc, F), 125 - 64 - F.mbits), 0), zc)
-    Xh, Ch = Wd.parts(X)[0], Wd.parts(C)[0]
-    big = B.por(B.setp("gt", "s32", Ex, ec),            # C's low word is 0: X >= C by the highs
-                B.pand(B.setp("eq", "s32", Ex, ec), B.setp("ge", "u64", Xh, Ch)))
-    big = B.pand(B.por(big, zc), B.pnot(pz))   # a zero term is the smaller one
-    L, S = Wd.sel(X, C, big), Wd.sel(C, X, big)
-    EL = B.sel(32, Ex, ec, big)
-    d = B.sel(32, B.sub(32, Ex, ec), B.sub(32, ec, Ex), big)
-    sp = B.xor(64, r.a, r.b)
-    y = Wd.shr(S, d)
-    yj = Wd.or_low(y, B.sel(64, 1, 0, Wd.setp("ne", Wd.shl(y, d), S)))
-    R = Wd.sel(Wd.sub(L, yj), Wd.add(L, yj), B.setp("lt", "s64", B.xor(64, sp, r.c), 0))
-    n = Wd.clz(R)
-    Rh, Rl = Wd.parts(Wd.shl(R, n))
-    R2 = B.or_(64, Rh, B.sel(64, 1, 0, B.setp("ne", "b64", Rl, 0)))
-    sign = B.sel(64, sp, r.c, big)
-    sig, up = _round(B, R2, 64, r, sign, directed)
-    e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at 127 - n: exponent EL + 2 - n
-    mag = _pack(B, F, e1, sig, up, 64)
-    ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
-    ok += [B.setp("ge", "s32", e1, 0), Wd.setp("ne", R, 0), B.setp("lt", "u64", mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)

@@ -639,11 +639,14 @@ def _udivrem_by32(em, a, b, quotient=True) -> tuple[str | None, str]:
     of about 500."""
     rx = _op(em, 64, "shr", a, 32, "u64")
     acc = prev = None
+    bms = {}                             # (b << k) - 1 per part width
     for k, bits in ((32, None), (16, _op(em, 64, "and", _op(em, 64, "shr", a, 16, "u64"), 0xFFFF)),
                     (16, _op(em, 64, "and", a, 0xFFFF))):
         if bits is not None:             # the remainder so far, then the part's dividend bits
             rx = _op(em, 64, "or", _op(em, 64, "shl", _op(em, 64, "shr", rx, prev, "u64"), k), bits)
-        bm = _op(em, 64, "sub", _op(em, 64, "shl", b, k), 1, "u64")
+        if k not in bms:
+            bms[k] = _op(em, 64, "sub", _op(em, 64, "shl", b, k), 1, "u64")
+        bm = bms[k]
         machine_steps(em, k, STEP_UNROLL, lambda rx=rx, bm=bm: em.emit(f"dstep.b64 {rx}, {rx}, {bm}"))
         if quotient:
             q = _op(em, 64, "and", rx, (1 << k) - 1)

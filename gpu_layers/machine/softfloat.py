@@ -475,8 +475,6 @@ class _FloatRoutine:
         self.mode, self.ret, self.out = em.tmp(32), em.tmp(32), em.tmp(F.w)
         self.fma, self.add, self.div, self.sqrt = em.label(), em.label(), em.label(), em.label()
         # the fast entries (operands proven defined: fast_paths.py) and the return chain
-        from . import fast_paths                # (it builds on this module)
-
         self.fast = fast_paths.labels(em)
         self.back = em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
@@ -517,8 +515,6 @@ def _entry(em, name, mode, ops, F):
     """The entry a site calls for `name` ("add", "mul", "fma", "div"): a fast one, (name, directed),
     where the site may (fast_paths.eligible), else the general one (mul is the FMA entry with
     c = -0)."""
-    from . import fast_paths                # (it builds on this module)
-
     if fast_paths.eligible(em, name, ops, F):
         return name, mode != "rn"
     return "fma" if name == "mul" else name
@@ -560,8 +556,6 @@ def emit_routines(em) -> None:
         B = _B(em)
         Wd = _words(B, r.F)
         f = _Frame(em, Wd, r.F)
-        from . import fast_paths                            # (it builds on this module)
-
         used = {target for _, target, _ in r.sites}         # only the entries some site calls
         for lab, emit, general in fast_paths.entries(r):    # first: they branch forward only
             if lab in used:
@@ -1307,3 +1301,6 @@ def cvt_expansion(ins):
 
 FLOAT_EXPANSIONS = {"fbin": x_fbin, "ffma": x_ffma, "funary": x_funary, "fminmax": x_fminmax,
                     "fsetp": x_fsetp, "dbin": x_fbin, "dfma": x_ffma, "dunary": x_funary}
+
+
+from . import fast_paths  # noqa: E402  (it builds on this module's builder and formats)
