@@ -10,6 +10,7 @@ from gpu_layers.errors import UninitializedRead
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
+from gpu_layers.machine.core import launch_tokens, machine_kernel
 from gpu_layers.machine.cvt_routines import routine_form
 from gpu_layers.machine.datapath_program import datapath_problems, register_slots
 from gpu_layers.machine.float_forms import (FORMS, FORMS64, INLINE64, ROUTINE64, compare, is64, kernel_for,
@@ -247,3 +248,77 @@ def test_conversion_routines_return_from_their_return_branches():
     mk = lower(parse_ptx(kernel_ptx(OUT + body)).kernel(), cvt_routines=True)
     assert mk.returns and all(mk.instructions[i].opcode == "bra" for i in mk.returns)
     allocate(mk)                                 # liveness through the returns
+
+
+def _contended_kernel(F, space, m):
+    """Lane l adds vals[l] to word l % m of `space` and stores the old value it got; the words go
+    to out[32 ..] at the end (a shared array is zeroed first)."""
+    w, t = (64, "f64") if F == "f64" else (32, "f32")
+    r = "%fd" if w == 64 else "%f"
+    sz = w // 8
+    body = f"""\tld.param.u64 \t%rd1, [out];
+\tld.param.u64 \t%rd3, [vals];
+\tmov.u32 \t%r100, %tid.x;
+\tmul.wide.u32 \t%rd2, %r100, {sz};
+\tadd.s64 \t%rd4, %rd3, %rd2;
+\tld.global.{t} \t{r}1, [%rd4];
+\trem.u32 \t%r1, %r100, {m};
+\tmul.wide.u32 \t%rd5, %r1, {sz};
+"""
+    if space == "shared":
+        body += f"""\tmov.b{w} \t{r}2, 0;
+\tmov.u64 \t%rd6, sh;
+\tadd.s64 \t%rd7, %rd6, %rd2;
+\tcvt.u32.u64 \t%r7, %rd7;
+\tst.shared.{t} \t[%r7], {r}2;
+\tbar.sync \t0;
+\tcvt.u32.u64 \t%r5, %rd5;
+\tmov.u32 \t%r6, sh;
+\tadd.u32 \t%r5, %r5, %r6;
+\tatom.shared.add.{t} \t{r}3, [%r5], {r}1;
+\tbar.sync \t0;
+\tld.shared.{t} \t{r}4, [%r7];
+"""
+    else:
+        body += f"""\tadd.s64 \t%rd8, %rd1, {32 * sz};
+\tadd.s64 \t%rd9, %rd8, %rd5;
+\tatom.global.add.{t} \t{r}3, [%rd9], {r}1;
+\tbar.sync \t0;
+\tadd.s64 \t%rd9, %rd8, %rd2;
+\tld.global.{t} \t{r}4, [%rd9];
+"""
+    body += f"""\tadd.s64 \t%rd10, %rd1, %rd2;
+\tst.global.{t} \t[%rd10], {r}3;
+\tst.global.{t} \t[%rd10+{32 * sz}], {r}4;
+\tret;
+"""
+    text = kernel_ptx(body, params=[("out", "u64"), ("vals", "u64")],
+                      decls=f"\t.reg .f64 \t%fd<8>;\n\t.shared .align 8 .b8 sh[{32 * sz}];\n")
+    return parse_ptx(text).kernel()
+
+
+@pytest.mark.parametrize("F", ["f32", "f64"])
+@pytest.mark.parametrize("space", ["global", "shared"])
+def test_float_atomics_of_one_warp_take_turns_in_lane_order_at_a_linear_cost(F, space):
+    # sums that round (the order of the additions shows in the bits), every returned old value,
+    # one word for the whole warp, three, and a word per lane: equal to the interpreter's, which
+    # adds in ascending lane order. The lanes take turns (word_memory.lane_loop) and a lane
+    # calls the routine only when its word changed since the warp's first addition, so one word
+    # for 32 lanes costs a call per lane: about twice the lane issues of a word per lane (the
+    # compare-and-swap loop's rounds, one per lane ahead on the word, made it 15x: 62,624 lane
+    # issues for f32 on one global word, now 6,798)
+    dt = np.float64 if F == "f64" else np.float32
+    rng = np.random.default_rng(11)
+    vals = (rng.normal(0, 1, 32) * 10.0 ** rng.integers(-3, 4, 32)).astype(dt)
+    vals[7] = -vals[3]
+    issues = {}
+    for m in (1, 3, 32):
+        k = _contended_kernel(F, space, m)
+        out = np.zeros(64, dt)
+        want = launch(k, 1, 32, [out.copy(), vals.copy()])
+        mk, grid, block = machine_kernel(k, (1, 1, 1), (32, 1, 1), [out, vals])
+        got = launch(mk, grid, block, [out.copy(), vals.copy()])
+        assert got.buffers[0].tobytes() == want.buffers[0].tobytes(), m
+        issues[m] = got.lane_issues
+        launch_tokens(mk, grid, block, [out.copy(), vals.copy()], [0])
+    assert issues[1] < 3 * issues[32], issues

@@ -8,7 +8,7 @@ from gpu_layers.errors import ExecutionError, OutOfBounds, UnsupportedPTX
 from gpu_layers.interp import launch, launch_args, module_for
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
-from gpu_layers.machine.core import launch_tokens
+from gpu_layers.machine.core import launch_tokens, machine_kernel
 from gpu_layers.ptx.parser import parse_ptx
 
 HEAD = """\tld.param.u64 \t%rd1, [out];
@@ -372,3 +372,32 @@ def test_generic_accesses_of_global_buffers_run_as_global_ones():
     assert generic_as_global(shared) is shared
     with pytest.raises(MemoryMapError, match="a generic address"):
         memory_ops(allocate(lower(shared, one_warp=True))[0])
+
+
+DIVERGENT_ATOMICS = """\tand.b32 \t%r1, %r100, 3;
+\tsetp.ne.u32 \t%p1, %r1, 0;
+\t@%p1 bra \tSKIP;
+\tatom.global.add.u32 \t%r2, [%rd3+256], %r100;
+\tatom.global.add.u32 \t%r3, [%rd3+260], 1;
+SKIP:
+\tatom.global.add.u32 \t%r4, [%rd3+256], 1000;
+\tatom.global.max.u32 \t%r5, [%rd3+264], %r100;
+"""
+
+
+def test_atomics_in_divergent_code_never_share_a_step():
+    # lanes 0, 4, 8, .. add in a branch; every lane then adds to the same word. The branch's
+    # turn loop jumps back, and the cursor rule lets the lanes waiting after it run on into the
+    # next atomic's turns: without the warp's atomic lock two lanes, one of each group, would
+    # load and store the word in one step and one addition would be lost. Here the group that
+    # ran ahead waits at the lock until the other arrives and both take their turns together,
+    # so even the old values come out in the interpreter's order (in general the lock keeps
+    # each lane's atomic whole, not the original's order between divergent groups)
+    k = _kernel(DIVERGENT_ATOMICS + "\tst.global.u32 \t[%rd9], %r4;\n")
+    args = [np.zeros(64, np.uint32), np.zeros(80, np.uint32)]
+    a = launch(k, 1, 32, [x.copy() for x in args])
+    mk, grid, block = machine_kernel(k, (1, 1, 1), (32, 1, 1), args)
+    b = launch(mk, grid, block, [x.copy() for x in args])
+    assert a.buffers[1][64:67].tolist() == [sum(range(0, 32, 4)) + 32 * 1000, 8, 31]
+    for x, y in zip(a.buffers, b.buffers):
+        assert x.tobytes() == y.tobytes()

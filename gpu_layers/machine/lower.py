@@ -134,6 +134,9 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         em.regbits[warp_exchange.EPOCH] = 64
         em.stage_address = warp_exchange.stage_address(kernel, [frames[0]] if frames else [], warps)
         warp_exchange.prologue(em)
+    lock = word_memory.atomic_lock(kernel) if one_warp and warps == 1 else None
+    if lock:                                # atomics: the warp's lock (word_memory.lane_loop)
+        word_memory.lock_prologue(em, lock)
     starts = []
     for i, ins in enumerate(kernel.instructions):
         starts.append(len(em.code))
@@ -165,6 +168,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     if stage:
         regs.append(RegDecl(type="b64", names=[warp_exchange.EPOCH], line=0))
         kvars.append(stage)
+    if lock:
+        kvars.append(lock)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
                   directives=list(kernel.directives), calls=calls, returns=returns,
                   holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers),

@@ -967,7 +967,9 @@ def x_fatom(em, ins):
     the cas returned. Each addition is the instruction's own (f32: rn with inputs and result
     flushed, f64: rn), and the additions to one word happen one at a time, so the result is that
     of one order of the atomics; which order is the machine's (lanes in ascending order, as the
-    interpreter; threads of other warps may interleave), as on a GPU, where it is unspecified."""
+    interpreter; threads of other warps may interleave), as on a GPU, where it is unspecified.
+    That loop is for blocks of several warps and the lowering without one_warp; a block of one
+    warp takes turns instead (_fatom_turns: no rounds)."""
     F = _fmt(ins)
     w = F.w
     B = _B(em)
@@ -975,6 +977,8 @@ def x_fatom(em, ins):
     addr, b = (ins.operands[1], ins.operands[2]) if atom else (ins.operands[0], ins.operands[1])
     b = src = _val(b)
     space = next((f".{m}" for m in ins.modifiers if m in ("global", "shared")), "")
+    if em.one_warp and em.warps == 1:
+        return _fatom_turns(em, ins, F, B, addr, b, space)
     cas = ".".join(["atom"] + [m for m in ins.modifiers if m != "add"] + ["cas", f"b{w}"])
     done = em.label() if ins.guard else None
     if done:
@@ -997,6 +1001,68 @@ def x_fatom(em, ins):
     em.emit(f"@{retry} bra {top}")
     if atom:
         em.emit(f"mov.b{w} {ins.operands[0]}, {got}")
+    if done:
+        em.place(done)
+
+
+def _fatom_turns(em, ins, F, B, addr, b, space):
+    """atom/red .add.f32/.f64 in a block of one warp: every lane adds its operand to the word as
+    loaded first (one call for the whole warp), then the lanes take turns in ascending order
+    (word_memory.lane_loop, under the warp's atomic lock): the lane whose turn it is loads the
+    word again and stores its sum when the word is unchanged, or adds to what it found (a call for
+    that lane alone) and stores that. So each word gets its additions one at a time in the
+    interpreter's order, without the compare-and-swap loop's rounds, which repeat every waiting
+    lane's addition once per lane ahead of it on the same word.
+
+    While that lane is in the routine the others must not go on to the next turn (its call jumps
+    past them, so the cursor rule runs them first): the lane marks itself AWAY for the call, and
+    after each turn the others go back to the turn's first instruction while the mark is set
+    (their backward branch hands the step back to the routine). Fast entries are always
+    eligible: a word nothing has written and an undefined operand both make the original raise,
+    and a branch on them raises too."""
+    from gpu_layers.machine.word_memory import AWAY, lane_id, lane_loop
+
+    w = F.w
+    atom = ins.opcode == "atom"
+    done = em.label() if ins.guard else None
+    if done:
+        em.emit(f"@{'' if ins.guard.negated else '!'}{ins.guard.reg} bra {done}")
+    if F is F32:
+        b = _ftz(B, b)
+    guess, mine, cur = em.tmp(w), em.tmp(w), em.tmp(w)
+    em.emit(f"ld{space}.u{w} {guess}, {addr}")
+    entry = _entry(em, "add", "rn", [], F)
+
+    def add(x):
+        out = _call(em, entry, _ftz(B, x) if F is F32 else x, None, b, "rn", F)
+        em.emit(f"mov.b{w} {mine}, {_ftz(B, out) if F is F32 else out}")
+
+    add(guess)
+    one, zero = em.tmp(32), em.tmp(32)
+    em.emit(f"mov.u32 {one}, 1")
+    em.emit(f"mov.u32 {zero}, 0")
+    em.emit(f"mov.b{w} {cur}, 0")                # (written in every executing lane's turn)
+
+    def turn():
+        em.emit(f"ld{space}.u{w} {cur}, {addr}")
+        same, store = em.tmp(1), em.label()
+        em.emit(f"setp.eq.b{w} {same}, {cur}, {guess}")
+        em.emit(f"@{same} bra {store}")
+        em.emit(f"st.shared.u32 [{AWAY}], {one}")
+        add(cur)
+        em.emit(f"st.shared.u32 [{AWAY}], {zero}")
+        em.place(store)
+        em.emit(f"st{space}.u{w} {addr}, {mine}")
+
+    def wait(top):
+        away, p = em.tmp(32), em.tmp(1)
+        em.emit(f"ld.shared.u32 {away}, [{AWAY}]")
+        em.emit(f"setp.ne.u32 {p}, {away}, 0")
+        em.emit(f"@{p} bra {top}")
+
+    lane_loop(em, lane_id(em), turn, turns=2, after=wait)
+    if atom:
+        em.emit(f"mov.b{w} {ins.operands[0]}, {cur}")
     if done:
         em.place(done)
 

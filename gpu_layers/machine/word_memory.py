@@ -12,8 +12,9 @@ and step. Everything else that touches memory becomes a sequence of such accesse
     interpreter, and a later round reads what the earlier ones stored;
   * a signed 32-bit load into a 64-bit register: a 32-bit load and a sign extension;
   * atomics (atom, red; integer and bit types, and the compare-and-swap of float atomic adds):
-    a loop over the warp's lanes in ascending order (the interpreter's order), in which only
-    lane i loads, computes and stores: each atomic sees every earlier lane's;
+    turns over the warp's lanes in ascending order (the interpreter's order), in which only
+    lane i loads, computes and stores, the others branching past (`lane_loop`, four turns a
+    pass, under the warp's atomic lock): each atomic sees every earlier lane's;
   * local memory: each lane's frame (the local size rounded up to 16 bytes) in a shared array
     (`local_frames`: 32 frames), its address computed once at the kernel's entry; each access is
     checked against the local size first (frames are adjacent: an overrun would reach the next
@@ -129,18 +130,76 @@ def fault_where(em, p, reg, why: str):
     em.emit(f"@{p} ld.global.u32 {reg}, [0]")
 
 
-def lane_loop(em, body):
-    """for i in 0 .. %ntid.x - 1: body(i) (one warp: the block's lanes, in ascending order; blocks
-    of several warps write their atomics' turns out instead, `_atomic`)."""
-    i = em.tmp(32)
+TURNS = 4                        # turns a pass of lane_loop writes out
+
+
+ATOMIC_LOCK = "__mq_atomic_lock"  # a shared word: 0 while a group of the warp is in lane_loop
+
+
+AWAY = f"{ATOMIC_LOCK}+4"         # 1 while the lane whose turn it is runs a routine, else 0
+
+
+def atomic_lock(kernel):
+    """The shared VarDecl of the warp's atomic lock (and AWAY, when the kernel has float atomic
+    adds: softfloat's turns) when the kernel has atomics, else None."""
+    from gpu_layers.ptx.ir import VarDecl
+
+    atoms = [i for i in kernel.instructions if i.opcode in ("atom", "red")]
+    if not atoms:
+        return None
+    away = any(i.types and i.types[-1] in ("f32", "f64") for i in atoms)
+    return VarDecl("shared", ATOMIC_LOCK, "b32", 0, align=4, array=[2] if away else None)
+
+
+def lock_prologue(em, lock):
+    """The lock free (1) and nobody away (0), at the kernel's entry."""
+    r = em.tmp(32)                   # (the memory unit stores registers)
+    em.emit(f"mov.u32 {r}, 1")
+    em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {r}")
+    if lock.array:
+        em.emit(f"mov.u32 {r}, 0")
+        em.emit(f"st.shared.u32 [{AWAY}], {r}")
+
+
+def lane_loop(em, me, body, turns: int = TURNS, after=None):
+    """Turns in ascending lane order, for one warp: for i in 0, TURNS, ... below %ntid.x, and each
+    k < turns, the lane whose `me` is i + k runs body() while the others branch past it (only its
+    group issues the body; its code is forward, so the cursor rule runs it before the others go
+    on). A lane whose `me` is no lane's (32) never runs it. Written out `turns` (1, 2 or 4) to a
+    pass, a turn costs the warp two steps and the loop's four a pass. after(top), when given,
+    emits code every thread runs after each turn (`top`: the turn's first instruction).
+
+    The loop's backward branch lets threads of the warp waiting further on run (the cursor
+    rule): in divergent code another group may reach an atomic while this one is in its turns.
+    The atomic lock keeps them apart: a group takes it before its turns (spinning while another
+    holds it; a group that arrives together with the holder's first step takes it with it, as
+    one group) and frees it after, so no two lanes load and store one word in one step. The
+    word is 1 when free, so taking it stores the counter's 0 and freeing it the 1 it loaded."""
+    free, busy, wait = em.tmp(32), em.tmp(1), em.label()
+    i, d = em.tmp(32), em.tmp(32)
     em.emit(f"mov.u32 {i}, 0")
+    em.place(wait)
+    em.emit(f"ld.shared.u32 {free}, [{ATOMIC_LOCK}]")
+    em.emit(f"setp.eq.u32 {busy}, {free}, 0")
+    em.emit(f"@{busy} bra {wait}")
+    em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {i}")
     top = em.label()
     em.place(top)
-    body(i)
-    em.emit(f"add.u32 {i}, {i}, 1")
+    em.emit(f"sub.u32 {d}, {me}, {i}")
+    for k in range(turns):
+        p, skip, turn = em.tmp(1), em.label(), em.label()
+        em.place(turn)
+        em.emit(f"setp.ne.u32 {p}, {d}, {k}")
+        em.emit(f"@{p} bra {skip}")
+        body()
+        em.place(skip)
+        if after is not None:
+            after(turn)
+    em.emit(f"add.u32 {i}, {i}, {turns}")
     more = em.tmp(1)
     em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
     em.emit(f"@{more} bra {top}")
+    em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {free}")
 
 
 def lane_id(em) -> str:
@@ -450,24 +509,24 @@ def _atomic(em, ins):
     me = _where_guard(em, 32, lane, 32, ins.guard)    # this lane's turn; 32 (never): guarded off
     old = _fresh(em, w, True)
 
-    def turn(i):                          # lane i loads, computes and stores
-        p = em.tmp(1)
-        em.emit(f"setp.eq.u32 {p}, {me}, {i}")
-        em.emit(f"@{p} {ld} {old}, {aop}")
+    def turn(g=""):                       # the turn's lane (guard g) loads, computes, stores
+        em.emit(f"{g}{ld} {old}, {aop}")
         new = _ATOM_OPS[op](em, w, t, old, b, c)
         x = em.tmp(w)                     # the stored value carries the old word's poison too
         em.emit(f"xor.b{w} {x}, {old}, {old}")
         if taint is not None:
             em.emit(f"xor.b{w} {x}, {x}, {taint}")
         em.emit(f"xor.b{w} {x}, {x}, {new}")
-        em.emit(f"@{p} {st} {aop}, {x}")
+        em.emit(f"{g}{st} {aop}, {x}")
 
     if em.warps == 1:
-        lane_loop(em, turn)
-    else:                     # 32 turns written out, holding the turn: one unit, as the atom is
-        start = len(em.code)
+        lane_loop(em, me, turn)
+    else:                     # 32 turns written out, guarded (a branch cannot hold the turn)
+        start = len(em.code)  # and holding the turn: one unit, as the atom is
         for i in range(32):
-            turn(i)
+            p = em.tmp(1)
+            em.emit(f"setp.eq.u32 {p}, {me}, {i}")
+            turn(f"@{p} ")
         em.holds.update(range(start, len(em.code) - 1))
     if atom and not isinstance(d, Sink):
         em.emit(f"{_guard(ins)}mov.b{w} {d}, {old}")
