@@ -133,6 +133,10 @@ def test_64_bit_division_by_a_32_bit_divisor_branches_and_is_exact(op):
     assert (want == got).all(), [(hex(x), hex(y)) for x, y, w, g in zip(a, b, want, got) if w != g][:4]
     want, got, steps = _div64(op, a, small)           # every divisor below 2^32: the short path
     assert (want == got).all() and steps < 160        # (the general loop: about 500)
+    big = rng.integers(1 << 32, 1 << 64, 64, dtype=np.uint64)
+    big[:4] = [2 ** 32, 2 ** 63, 2 ** 63 + 1, 2 ** 64 - 1]
+    want, got, steps = _div64(op, a, big)             # every divisor 2^32 or more: the quotient
+    assert (want == got).all() and steps < 360        # is below 2^32, 32 turns (64: about 620)
 
 
 def test_64_bit_division_by_zero_stays_undefined():

@@ -675,12 +675,12 @@ def _udivrem_branching(em, w, a, b, quotient=True) -> tuple[str | None, str]:
     keep(*_udivrem_by32(em, a, b, quotient))
     em.emit(f"bra {done}")
     em.place(slow)
-    keep(*_udivrem(em, 64, a, b, quotient))
+    keep(*_udivrem(em, 64, a, b, quotient, wide_divisor=True))
     em.place(done)
     return (qo if quotient else None), ro
 
 
-def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
+def _udivrem(em, w, a, b, quotient=True, wide_divisor=False) -> tuple[str | None, str]:
     """(a / b, a % b) of unsigned w-bit values (b == 0 handled by callers): binary long division,
     a bit a step, in a loop on a fresh counter. Step k shifts the
     dividend's next bit into the remainder r; where r >= b it subtracts b and the quotient bit
@@ -690,7 +690,10 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
     entered x's bottom: after w steps RX = remainder << w | quotient (one machine step a bit,
     dstep, STEP_UNROLL an iteration). w = 64: r
     apart, the quotient shifting into the dividend's register (9 a bit; 7 for the remainder
-    alone, `quotient=False`, which returns (None, remainder))."""
+    alone, `quotient=False`, which returns (None, remainder)). `wide_divisor` (w = 64, where
+    b >= 2^32 is known: _udivrem_branching's other side): the first 32 steps would never
+    subtract (r = a's top bits < 2^32 <= b), so r starts as a >> 32 and the loop takes the 32
+    low bits only (the quotient is below 2^32)."""
     if w <= 32:
         W = 2 * w
         rx = _ext(em, w, a, False, W)
@@ -705,7 +708,13 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
         return q, r
     r, x, b = em.tmp(w), _copy(em, w, a), _copy(em, w, b)
     hb, less, take = em.tmp(w), em.tmp(w), em.tmp(1)    # every step's
-    em.emit(f"mov.b{w} {r}, 0")
+    bits = w
+    if wide_divisor:
+        bits = 32
+        em.emit(f"shr.u64 {r}, {x}, 32")
+        em.emit(f"shl.b64 {x}, {x}, 32")
+    else:
+        em.emit(f"mov.b{w} {r}, 0")
 
     def step():
         em.emit(f"shr.u{w} {hb}, {x}, {w - 1}")
@@ -718,7 +727,7 @@ def _udivrem(em, w, a, b, quotient=True) -> tuple[str | None, str]:
         if quotient:
             em.emit(f"or.b{w} {less}, {x}, 1")
             em.emit(f"selp.b{w} {x}, {less}, {x}, {take}")
-    _counted_loop(em, w // UNROLL, lambda: [step() for _ in range(UNROLL)])
+    _counted_loop(em, bits // UNROLL, lambda: [step() for _ in range(UNROLL)])
     return (x if quotient else None), r
 
 
