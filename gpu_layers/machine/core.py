@@ -242,7 +242,7 @@ def machine_kernel(kernel, grid, block, args=()):
     if warps > 1:
         _check_several_warps(flat, block[0])
     for opts in _LOWERINGS:                   # the first that fits the program memory, allocated
-        code = lower(flat, one_warp=True, warps=warps, **opts)
+        code = lower(flat, one_warp=True, warps=warps, threads=block[0], **opts)
         if len(code.instructions) > PCS and opts is not _LOWERINGS[-1]:
             continue
         mk, _ = allocate(code)

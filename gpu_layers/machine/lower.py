@@ -94,7 +94,7 @@ def machine_problems(kernel) -> list[str]:
 
 
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
-          straight_steps: bool = False, fast_floats=True) -> Kernel:
+          straight_steps: bool = False, fast_floats=True, threads: int = 32) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -109,7 +109,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     where they run often: in the float routines and inside the source's loops. `fast_floats`
     (True, False, or a set of "add", "mul", "fma", "div"): float sites of those operations whose
     operands are proven defined call the routines' fast entries (gpu_layers.machine.fast_paths:
-    fewer steps, more instructions).
+    fewer steps, more instructions). `threads`: the block's threads (local memory has a frame for
+    each, up to 32).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
     if kernel.module is not None:
@@ -124,11 +125,11 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em.warps = warps
     em.cvt_routines = cvt_routines
     em.fast_floats = fast_floats
-    frames = word_memory.local_frames(kernel) if one_warp else None
+    frames = word_memory.local_frames(kernel, threads) if one_warp else None
     if frames:                              # local memory: every lane's frame in shared memory
-        var, frame, em.local_size = frames
+        var, frame, em.local_size, em.local_masks = frames
         em.regbits[word_memory.LANE_FRAME] = 32
-        word_memory.frame_prologue(em, frame)
+        word_memory.frame_prologue(em, frame, em.local_masks)
     stage = warp_exchange.staging(kernel, warps) if one_warp else None
     if stage:                               # shuffles: a staging array in shared memory
         em.regbits[warp_exchange.EPOCH] = 64
@@ -217,6 +218,7 @@ class _Emitter:
 
     def __init__(self, kernel, one_warp=False):
         self.one_warp = one_warp
+        self.local_masks = None     # local memory's mask offset in a frame (word_memory.local_frames)
         self.straight = False       # multiply / divide steps written out (lower's straight_steps)
         self.fast_floats = False    # which float sites may call the routines' fast entries (lower's fast_floats)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)

@@ -16,9 +16,11 @@ and step. Everything else that touches memory becomes a sequence of such accesse
     lane i loads, computes and stores, the others branching past (`lane_loop`, four turns a
     pass, under the warp's atomic lock): each atomic sees every earlier lane's;
   * local memory: each lane's frame (the local size rounded up to 16 bytes) in a shared array
-    (`local_frames`: 32 frames), its address computed once at the kernel's entry; each access is
-    checked against the local size first (frames are adjacent: an overrun would reach the next
-    lane's) and becomes the same access to shared memory.
+    (`local_frames`: a frame per thread of the block), its address computed once at the kernel's
+    entry; each access is checked against the local size first (frames are adjacent: an overrun
+    would reach the next lane's) and becomes the same access to shared memory. Accesses of 1 or
+    2 bytes keep the interpreter's byte-by-byte rule exactly: the frame has a mask bit per byte
+    written so far (`_local_sub_word`).
 
 Why only for one warp: a sequence is atomic only if no other thread's instruction runs between
 its steps. The interpreter runs blocks one after another and a warp's instructions in order, so
@@ -30,9 +32,11 @@ Exactness at the edges, each checked against the interpreter's rules (interp/mem
   * a misaligned access faults in the interpreter; a 2-byte element and a 16-byte vector are
     checked explicitly (a guarded load from address 0 faults, as the original does, though the
     message names the check's load), the others by their own word access's alignment;
-  * sub-word accesses are for .global only: global buffers are initialised whole, so a word
-    read for one byte is defined exactly when the byte is; a shared or local word can be partly
-    written, where the interpreter's byte would be undefined and the word's is not (refused);
+  * sub-word accesses of .global: global buffers are initialised whole, so a word read for one
+    byte is defined exactly when the byte is; a local word can be partly written, where the
+    interpreter's byte would be undefined and the word's is not: its frame's byte masks decide
+    (`_local_sub_word`); a shared word too, and shared words are written by every lane of the
+    block: sub-word shared accesses are refused;
     and global buffers must be whole words (core.prepare refuses the launch otherwise), so a
     byte's word is in range exactly when the byte is;
   * an atomic's operands are strict in the interpreter (an undefined one raises): the stored
@@ -576,10 +580,25 @@ LOCAL_FRAMES = "__mq_local"      # the shared array holding every lane's local m
 LANE_FRAME = "%mq_frame"         # this lane's frame in it (a shared address), set at entry
 
 
-def local_frames(kernel):
-    """(the shared VarDecl of the lanes' frames, frame bytes, local bytes) when the kernel accesses
-    local memory, else None. A lane's frame is its local memory: 32 frames of the local size
-    rounded up to 16 bytes, so a frame keeps every alignment of the local address inside it."""
+def _access_bytes(ins) -> int:
+    """Bytes an ld/st moves (its element times its vector count)."""
+    vals = ins.operands[0 if ins.opcode == "ld" else 1]
+    n = len(vals.elems) if isinstance(vals, Vec) else 1
+    return TYPE_BITS[ins.types[0]] // 8 * n
+
+
+def _sub_word_local(kernel) -> bool:
+    return any(i.opcode in ("ld", "st") and "local" in i.modifiers and _access_bytes(i) < 4
+               for i in kernel.instructions)
+
+
+def local_frames(kernel, threads: int = 32):
+    """(the shared VarDecl of the lanes' frames, frame bytes, local bytes, mask offset) when the
+    kernel accesses local memory, else None. A lane's frame is its local memory (the local size
+    rounded up to 16 bytes, so a frame keeps every alignment of the local address inside it), one
+    frame per thread of the block (up to 32). When the kernel accesses local memory in parts of a
+    word, the frame also holds a mask word per 8 data words after them (mask offset; else None):
+    4 bits a word, one per byte written so far (`_local_sub_word`)."""
     from gpu_layers.interp.decode import make_layout
     from gpu_layers.ptx.ir import VarDecl
 
@@ -587,16 +606,27 @@ def local_frames(kernel):
         return None
     size = make_layout(kernel).local_size
     frame = max(16, -(-size // 16) * 16)
-    return VarDecl("shared", LOCAL_FRAMES, "b8", 0, align=16, array=[32 * frame]), frame, size
+    masks = None
+    if _sub_word_local(kernel):
+        masks, words = frame, -(-(frame // 4) // 8)
+        frame += -(-4 * words // 16) * 16
+    n = max(1, min(32, threads))
+    return VarDecl("shared", LOCAL_FRAMES, "b8", 0, align=16, array=[n * frame]), frame, size, masks
 
 
-def frame_prologue(em, frame):
-    """LANE_FRAME = LOCAL_FRAMES + %laneid * frame (once, at the kernel's entry)."""
+def frame_prologue(em, frame, masks=None):
+    """LANE_FRAME = LOCAL_FRAMES + %laneid * frame (once, at the kernel's entry), and the frame's
+    mask words zeroed (nothing written yet)."""
     from gpu_layers.machine.lower import _mul_const
 
     off = _mul_const(em, 32, "%laneid", frame)
     em.emit(f"mov.u32 {LANE_FRAME}, {LOCAL_FRAMES}")
     em.emit(f"add.u32 {LANE_FRAME}, {LANE_FRAME}, {off}")
+    if masks is not None:
+        z = em.tmp(32)
+        em.emit(f"mov.u32 {z}, 0")
+        for off in range(masks, frame, 4):
+            em.emit(f"st.shared.u32 [{LANE_FRAME}+{off}], {z}")
 
 
 def _local(em, ins):
@@ -628,6 +658,109 @@ def _local(em, ins):
         fault_where(em, p, lo, why)
     sa = em.tmp(32)
     em.emit(f"add.u32 {sa}, {lo}, {LANE_FRAME}")
+    if size < 4:
+        _local_sub_word(em, ins, vals, size, lo, sa)
+        return
     mods = tuple("shared" if m == "local" else m for m in ins.modifiers)
     ops = [vals, Addr(Reg(sa), 0)] if is_ld else [Addr(Reg(sa), 0), vals]
     em.push(replace(ins, modifiers=mods, name=ins.name.replace(".local", ".shared"), operands=ops))
+    if not is_ld and em.local_masks is not None:       # its bytes are written now
+        _mark_written(em, ins, lo, size)
+
+
+def _mask_word(em, ins, lo):
+    """(the shared address of the mask word covering local offset `lo`, the bit offset of its
+    word's first byte there): mask words sit at the frame's mask offset, one per 8 data words."""
+    maddr, bit = em.tmp(32), em.tmp(32)
+    em.emit(f"shr.u32 {maddr}, {lo}, 5")
+    em.emit(f"shl.b32 {maddr}, {maddr}, 2")
+    em.emit(f"add.u32 {maddr}, {maddr}, {LANE_FRAME}")
+    em.emit(f"and.b32 {bit}, {lo}, 31")               # (word & 7) * 4 + byte = lo & 31, 4 bits a word
+    return maddr, bit
+
+
+def _mark_written(em, ins, lo, size):
+    """Set the mask bits of the `size` bytes (4, 8 or 16, aligned) a local store at offset lo
+    wrote."""
+    g = _guard(ins)
+    maddr, bit = _mask_word(em, ins, lo)
+    mw = _fresh(em, 32, bool(g))
+    em.emit(f"{g}ld.shared.u32 {mw}, [{maddr}+{em.local_masks}]")
+    put = em.tmp(32)
+    em.emit(f"mov.u32 {put}, {(1 << size) - 1}")
+    em.emit(f"shl.b32 {put}, {put}, {bit}")
+    em.emit(f"or.b32 {mw}, {mw}, {put}")
+    em.emit(f"{g}st.shared.u32 [{maddr}+{em.local_masks}], {mw}")
+
+
+def _local_sub_word(em, ins, vals, size, lo, sa):
+    """A local access of 1 or 2 bytes, exactly. The interpreter tracks every byte: a byte never
+    written reads as poison when no byte of the access was written, and as 0 in a partly written
+    access. The frame's words are whole, so its mask bits (one a byte, zeroed at the entry) say
+    which bytes were written: a store reads its word as 0 where none of the word's bytes was
+    (the word itself would be poison) and sets its bytes' bits; a load gives poison (a register
+    never written, lower._undef_of) where none of its bytes was written. Frames are the lane's own:
+    no other lane writes them between these steps."""
+
+    is_ld = ins.opcode == "ld"
+    g = _guard(ins)
+    if size == 2:
+        p = em.tmp(1)                          # misaligned: a guarded load from address 0
+        r = em.tmp(32)
+        em.emit(f"and.b32 {r}, {lo}, 1")
+        r = _where_guard(em, 32, r, 0, ins.guard)
+        em.emit(f"setp.ne.u32 {p}, {r}, 0")
+        fault_where(em, p, r, "a misaligned 2-byte access")
+    maddr, bit = _mask_word(em, ins, lo)
+    mw = _fresh(em, 32, bool(g))
+    em.emit(f"{g}ld.shared.u32 {mw}, [{maddr}+{em.local_masks}]")
+    wa, shift = em.tmp(32), em.tmp(32)
+    em.emit(f"and.b32 {wa}, {sa}, -4")
+    em.emit(f"and.b32 {shift}, {lo}, 3")
+    em.emit(f"shl.b32 {shift}, {shift}, 3")
+    word = _fresh(em, 32, bool(g))
+    em.emit(f"{g}ld.shared.u32 {word}, [{wa}]")
+    mine = (1 << size) - 1
+    if is_ld:
+        t, written = em.tmp(32), em.tmp(1)
+        em.emit(f"shr.u32 {t}, {mw}, {bit}")
+        em.emit(f"and.b32 {t}, {t}, {mine}")
+        em.emit(f"setp.ne.u32 {written}, {t}, 0")
+        dsts = list(vals.elems) if isinstance(vals, Vec) else [vals]
+        eb = TYPE_BITS[ins.types[0]]
+        signed = ins.types[0][0] == "s"
+        undef = None
+        for i, d in enumerate(dsts):
+            if isinstance(d, Sink):
+                continue
+            v = _elem(em, word, 32, i * eb, eb, signed, shift)
+            if undef is None:
+                from gpu_layers.machine.lower import _undef_of
+                undef = _undef_of(em, 32)
+            r = em.tmp(32)
+            em.emit(f"selp.b32 {r}, {v}, {undef}, {written}")
+            _write_elem(em, ins, d, r, eb, signed)
+        return
+    any_, t = em.tmp(1), em.tmp(32)
+    wbit = em.tmp(32)
+    em.emit(f"and.b32 {wbit}, {bit}, -4")              # the word's first mask bit
+    em.emit(f"shr.u32 {t}, {mw}, {wbit}")
+    em.emit(f"and.b32 {t}, {t}, 15")
+    em.emit(f"setp.ne.u32 {any_}, {t}, 0")
+    base = em.tmp(32)
+    em.emit(f"selp.b32 {base}, {word}, 0, {any_}")     # a word nothing wrote: its bytes are 0
+    eb = TYPE_BITS[ins.types[0]]
+    value = _pack(em, list(vals.elems) if isinstance(vals, Vec) else [vals], eb, 32)
+    put, keep = em.tmp(32), em.tmp(32)
+    em.emit(f"shl.b32 {put}, {value}, {shift}")
+    em.emit(f"mov.b32 {keep}, {(1 << (8 * size)) - 1}")
+    em.emit(f"shl.b32 {keep}, {keep}, {shift}")
+    em.emit(f"not.b32 {keep}, {keep}")
+    em.emit(f"and.b32 {base}, {base}, {keep}")
+    em.emit(f"or.b32 {base}, {base}, {put}")
+    em.emit(f"{g}st.shared.u32 [{wa}], {base}")
+    m = em.tmp(32)
+    em.emit(f"mov.u32 {m}, {mine}")
+    em.emit(f"shl.b32 {m}, {m}, {bit}")
+    em.emit(f"or.b32 {mw}, {mw}, {m}")
+    em.emit(f"{g}st.shared.u32 [{maddr}+{em.local_masks}], {mw}")
