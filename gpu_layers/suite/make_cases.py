@@ -172,6 +172,12 @@ def integer_arithmetic(add):
              [S("n", "i32", 24), B("in", "u32*", vals), O("rev", "u64*", 30), O("info", "i32*", 30)],
              ["div-const", "rem-unsigned", "int64", "do-while", "data-dependent-loop", "bounds-check", "multi-block"]))
 
+    rng = random.Random(61)
+    vals = [0, 7, 10, 99, 100, 4294967295, 1000000000, 1234567890, 3000000001, 909090909]
+    vals += [r_u32(rng) >> rng.randint(0, 31) for _ in range(6)]
+    add(case("local_itoa", [2], [8], [B("in", "u32*", vals), O("out", "u32*", 80)],
+             ["local-array", "bytes", "halfwords", "div-const", "rem-unsigned", "do-while", "multi-block"]))
+
     rng = random.Random(10)
     vals = [0, 1, 2, 3, 4, 15, 16, 17, 24, 25, 26, 65535, 65536, 4294967295, 4294836225, 4294836224, 1 << 30, (1 << 30) - 1]
     vals += [r_u32(rng) >> rng.randint(0, 24) for _ in range(14)]

@@ -642,6 +642,20 @@ def ref_digit_reverse(case):
     return L.result()
 
 
+@ref("local_itoa")
+def ref_local_itoa(case):
+    L = Launch(case)
+    for t in range(L.nthreads):
+        digits = str(L["in"][t])
+        packed = digits.encode().ljust(12, b"\0")
+        words = [int.from_bytes(packed[4 * k:4 * k + 4], "little") for k in range(3)]
+        hist = 0
+        for d in range(10):
+            hist = (hist * 3 + digits.count(str(d))) % 2 ** 32
+        L.o["out"][5 * t:5 * t + 5] = words + [len(digits), hist]
+    return L.result()
+
+
 @ref("isqrt_u32")
 def ref_isqrt(case):
     L = Launch(case)
