@@ -27,7 +27,8 @@ rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
     one machine divide step a bit: `_f32_quotient`, `_f64_quotient`) and the remainder's sticky
     bit below it, c = -0 as for mul; rcp is 1.0 / b;
   * SQRT: the integer square root of the normalized significand scaled to an even exponent (one
-    bit per turn, binary64's in 64-bit registers: `_isqrt`) with the remainder's sticky bit;
+    bit per turn in 64-bit registers, the significand's own bit pairs in place: `_isqrt`) with
+    the remainder's sticky bit;
     sqrt(-0) = -0.
 
 The common part works on wide words (`_W64`: one 64-bit register for binary32, `_W128`: a pair of
@@ -709,57 +710,65 @@ def _emit_root(B, Wd, r, f):
     # sqrt(a) = sqrt(m * 2^shift) * 2^(E/2 - shift/2)
     em.emit(f"shr.s32 {f.ep}, {E}, 1")
     em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
-    if F is F64:                            # in 64-bit registers instead of 128-bit words
-        root, rem = _isqrt(B, m, shift, steps)
-        sticky = B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0))
-        Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), sticky))
-        return
-    num, res, bit = Wd.reg(), Wd.reg(), Wd.reg()
-    Wd.set(num, Wd.shl(Wd.from_(m, w), shift))
-    Wd.set(res, 0)
-    Wd.set(bit, 1 << (2 * steps - 2))
-    top = em.label()
-    em.place(top)                           # steps steps: bit = 4^(steps - 1) .. 4^0
-    t = Wd.add(res, bit)
-    take = Wd.setp("ge", num, t)
-    Wd.set_sel(num, Wd.sub(num, t), num, take)
-    Wd.step(res, "shr", 1)
-    Wd.set_sel(res, Wd.add(res, bit), res, take)
-    Wd.step(bit, "shr", 2)
-    more = Wd.setp("ne", bit, 0)
-    em.emit(f"@{more} bra {top}")
-    sticky = B.sel(64, 1, 0, Wd.setp("ne", num, 0))
-    Wd.set(f.P, Wd.or_low(Wd.shl(res, 1), sticky))
+    root, rem = _isqrt(B, m if F is F64 else B.cvt(64, 32, m), shift, steps)   # both formats
+    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0))
+    Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), sticky))
 
 
-ROOT_UNROLL = 4     # root bits a turn of binary64's root loop (56 bits: 14 turns)
+ROOT_UNROLL = 4     # root bits a turn of the root loops (_isqrt)
 
 
 def _isqrt(B, m, shift, steps):
-    """(root, remainder) of binary64's num = m << shift (< 4^steps) by the digit-by-digit method
-    in 64-bit registers: num's bit pairs come from the top of mm = m << (shift + 64 - 2 steps)
-    (num's bits below those are zeros: the 112-bit num is m << 10 above 48 zero bits), and
-    rem = 4 rem + pair; the trial T + 1 with T = 4 root; where rem >= T + 1, rem -= T + 1 and
-    the root's new bit is 1 (T = 2 T + 4), else T = 2 T. rem <= 2 root < 2^(steps + 1) and
-    T < 2^(steps + 2): both fit. About 11 steps a bit (it was 40 in 128-bit words; binary32's
-    own loop, in one 64-bit word, is already as short)."""
+    """(root, remainder) of num = m << shift (< 4^steps, shift even) by the digit-by-digit method
+    in 64-bit registers, six or seven machine steps a root bit. Each bit: rem = 4 rem + num's next
+    bit pair; where rem >= T1 = 4 root + 1, rem -= T1 and the bit is 1; then T1 = 2 T1 - 1 + 4 bit.
+
+    m's P = steps - shift / 2 bit pairs come first, in place: RM = rem << b | m's pairs not yet
+    taken (b bits), so taking a pair only moves the boundary b down by 2 and rem >= T1 is RM >=
+    T1 << b (the pairs below are less than 2^b): T1k = T1 << b is compared, and updated to the
+    next boundary as T1k / 2 - 2^(b - 2) + bit 2^b (both powers shifted down by 2 a bit). RM stays
+    below 2^(2P + 1). Then the shift's zero pairs: RM = 4 RM (rem < 2^(steps + 2) fits)."""
     from .lower import _counted_loop     # (lower imports this module)
     em = B.em
-    mm, rem, T = em.tmp(64), em.tmp(64), em.tmp(64)
-    em.emit(f"shl.b64 {mm}, {m}, {shift + 64 - 2 * steps}")
-    em.emit(f"mov.b64 {rem}, 0")
-    em.emit(f"mov.b64 {T}, 0")
+    P = steps - shift // 2
+    RM, T1, c1, c2, take = em.tmp(64), em.tmp(64), em.tmp(64), em.tmp(64), em.tmp(1)
+    em.emit(f"mov.b64 {RM}, {m}")
+    em.emit(f"mov.b64 {T1}, {1 << (2 * P - 2)}")
+    em.emit(f"mov.b64 {c1}, {1 << (2 * P - 4)}")
+    em.emit(f"mov.b64 {c2}, {1 << (2 * P - 2)}")
 
-    def bit():
-        em.emit(f"or.b64 {rem}, {B.shl(64, rem, 2)}, {B.shr(64, mm, 62)}")
-        em.emit(f"shl.b64 {mm}, {mm}, 2")
-        trial = B.add(64, T, 1)
-        take = B.setp("ge", "u64", rem, trial)
-        em.emit(f"min.u64 {rem}, {rem}, {B.sub(64, rem, trial)}")    # rem - trial where it fits
-        em.emit(f"shl.b64 {T}, {T}, 1")
-        em.emit(f"@{take} add.u64 {T}, {T}, 4")
-    _counted_loop(em, steps // ROOT_UNROLL, lambda: [bit() for _ in range(ROOT_UNROLL)])
-    return B.shr(64, T, 2), rem
+    def compare():
+        em.emit(f"setp.ge.u64 {take}, {RM}, {T1}")
+        em.emit(f"@{take} sub.u64 {RM}, {RM}, {T1}")
+
+    def in_place():                      # a pair of m: the boundary moves down
+        compare()
+        em.emit(f"shr.u64 {T1}, {T1}, 1")
+        em.emit(f"sub.u64 {T1}, {T1}, {c1}")
+        em.emit(f"@{take} add.u64 {T1}, {T1}, {c2}")
+        em.emit(f"shr.u64 {c1}, {c1}, 2")
+        em.emit(f"shr.u64 {c2}, {c2}, 2")
+
+    def grow():                          # T1 = 2 T1 - 1 + 4 bit
+        em.emit(f"shl.b64 {T1}, {T1}, 1")
+        em.emit(f"sub.u64 {T1}, {T1}, 1")
+        em.emit(f"@{take} add.u64 {T1}, {T1}, 4")
+
+    def zero_pair():                     # a pair of the shift's zeros
+        em.emit(f"shl.b64 {RM}, {RM}, 2")
+        compare()
+        grow()
+
+    def repeat(n, body):
+        if n // ROOT_UNROLL:
+            _counted_loop(em, n // ROOT_UNROLL, lambda: [body() for _ in range(ROOT_UNROLL)])
+        for _ in range(n % ROOT_UNROLL):
+            body()
+    repeat(P - 1, in_place)
+    compare()                            # m's last pair (b = 0)
+    grow()
+    repeat(steps - P, zero_pair)
+    return B.shr(64, T1, 2), RM
 
 
 F64_PRODUCT_UNROLL = 4     # multiply steps a turn of binary64's product loops (28 bits: 7 turns)
