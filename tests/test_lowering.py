@@ -275,7 +275,8 @@ _EDGES32 = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x10000,
 @pytest.mark.parametrize("ty", ["u16", "s16", "u32", "s32", "u64", "s64"])
 def test_multiplies_of_every_form_match_the_interpreter(ty):
     """mul and mad .lo / .hi / .wide on edge and random operands (the loop over the multiplier's
-    bits, the wide form's signed correction, a constant multiplier), lowered == original."""
+    bits, the wide form's signed correction, constant multipliers as shifts, adds and
+    subtracts), lowered == original."""
     w = int(ty[1:])
     rng = np.random.default_rng(w + (ty[0] == "s"))
     vals = [v & ((1 << w) - 1) for v in _EDGES32] + [int(x) for x in rng.integers(0, 1 << w, 32, dtype=np.uint64)]
@@ -295,7 +296,11 @@ def test_multiplies_of_every_form_match_the_interpreter(ty):
         body += [f"\tcvt.u{w}.u64 \t{r}1, %rd44;", f"\tcvt.u{w}.u64 \t{r}2, %rd46;"]
     forms = [f"mul.lo.{ty} \t{r}3, {r}1, {r}2", f"mul.hi.{ty} \t{r}3, {r}1, {r}2",
              f"mad.lo.{ty} \t{r}3, {r}1, {r}2, {r}1", f"mad.hi.{ty} \t{r}3, {r}1, {r}2, {r}2",
-             f"mul.lo.{ty} \t{r}3, {r}1, 1000003", f"mul.hi.{ty} \t{r}3, {r}2, -7"]
+             f"mul.lo.{ty} \t{r}3, {r}1, 1000003", f"mul.hi.{ty} \t{r}3, {r}2, -7",
+             # constants in non-adjacent form (a lone subtract; 1024 - 32 + 8; 256 - 1 with an
+             # addend) and one kept as its bits (an alternating magic number)
+             f"mul.lo.{ty} \t{r}3, {r}1, -1", f"mul.lo.{ty} \t{r}3, {r}2, 1000",
+             f"mad.lo.{ty} \t{r}3, {r}1, 255, {r}2", f"mul.lo.{ty} \t{r}3, {r}1, 1717986919"]
     if rd:
         forms += [f"mul.wide.{ty} \t{rd}3, {r}1, {r}2", f"mad.wide.{ty} \t{rd}3, {r}1, {r}2, {rd}3",
                   f"mul.wide.{ty} \t{rd}3, {r}1, -3"]

@@ -527,16 +527,41 @@ def machine_steps(em, n, unroll, step):
     _counted_loop(em, n // unroll, lambda: [step() for _ in range(unroll)])
 
 
+def _naf(k: int, w: int) -> list[tuple[int, int]]:
+    """k mod 2^w as signed powers of two, (bit, +1 or -1): its non-adjacent form (a run of ones
+    is one power less another), digits at bit w and above dropped (they vanish mod 2^w); a
+    positive digit first when there is one."""
+    out, i = [], 0
+    while k and i < w:
+        if k & 1:
+            d = 2 - (k & 3)
+            out.append((i, d))
+            k -= d
+        k >>= 1
+        i += 1
+    return sorted(out, key=lambda t: t[1] < 0)
+
+
 def _mul_const(em, w, x, k) -> str:
-    """x * k as shifts and adds of x (k a constant; x * 0 is x ^ x: 0, or undefined with x)."""
-    terms = [i for i in range(w) if (k >> i) & 1]
+    """x * k as shifts, adds and subtracts of x (k a constant): in non-adjacent form where that
+    has at least two terms fewer than k's set bits (2^w - 1 is one subtract, 1000 = 1024 - 16 - 8
+    three terms), else k's bits (nvcc's alternating magic numbers like 0x66666667 save a term at
+    most, and sums of positive terms change fewer of a register's data chunks); x * 0 is x ^ x:
+    0, or undefined with x."""
+    k &= (1 << w) - 1
+    terms = _naf(k, w)
+    if len(terms) > bin(k).count("1") - 2:
+        terms = [(i, 1) for i in range(w) if (k >> i) & 1]
     if not terms:
         return _op(em, w, "xor", x, x)
     acc = None
-    for i in terms:
-        t = _op(em, w, "shl", x, i) if i else _copy(em, w, x)
-        acc = t if acc is None else _op(em, w, "add", acc, t, f"u{w}")
-    return acc
+    for i, d in terms:
+        t = _op(em, w, "shl", x, i) if i else x
+        if acc is None:
+            acc = t if d > 0 else _op(em, w, "sub", 0, t, f"u{w}")
+        else:
+            acc = _op(em, w, "add" if d > 0 else "sub", acc, t, f"u{w}")
+    return _copy(em, w, x) if acc is x else acc
 
 
 def _mul_wide(em, w, a, b, signed) -> str:
