@@ -306,7 +306,7 @@ def test_float_atomics_of_one_warp_take_turns_in_lane_order_at_a_linear_cost(F, 
     # calls the routine only when its word changed since the warp's first addition, so one word
     # for 32 lanes costs a call per lane: about twice the lane issues of a word per lane (the
     # compare-and-swap loop's rounds, one per lane ahead on the word, made it 15x: 62,624 lane
-    # issues for f32 on one global word, now 6,798)
+    # issues for f32 on one global word, now 5,977, with `lower(one_warp=True)`)
     dt = np.float64 if F == "f64" else np.float32
     rng = np.random.default_rng(11)
     vals = (rng.normal(0, 1, 32) * 10.0 ** rng.integers(-3, 4, 32)).astype(dt)

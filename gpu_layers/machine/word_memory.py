@@ -170,8 +170,10 @@ def lane_loop(em, me, body, turns: int = TURNS, after=None):
     k < turns, the lane whose `me` is i + k runs body() while the others branch past it (only its
     group issues the body; its code is forward, so the cursor rule runs it before the others go
     on). A lane whose `me` is no lane's (32) never runs it. Written out `turns` (1, 2 or 4) to a
-    pass, a turn costs the warp two steps and the loop's four a pass. after(top), when given,
-    emits code every thread runs after each turn (`top`: the turn's first instruction).
+    pass; lanes whose turn is not in the pass branch past it, so a pass of four turns (a group
+    of four lanes) costs the warp six steps and only that group the turns' two each. after(top),
+    when given, emits code the threads still in the loop run after each turn and after each pass
+    (`top`: the turn's first instruction, or the pass's end).
 
     The loop's backward branch lets threads of the warp waiting further on run (the cursor
     rule): in divergent code another group may reach an atomic while this one is in its turns.
@@ -187,9 +189,13 @@ def lane_loop(em, me, body, turns: int = TURNS, after=None):
     em.emit(f"setp.eq.u32 {busy}, {free}, 0")
     em.emit(f"@{busy} bra {wait}")
     em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {i}")
-    top = em.label()
+    top, end = em.label(), em.label()
     em.place(top)
     em.emit(f"sub.u32 {d}, {me}, {i}")
+    if turns > 1:                        # lanes whose turn is not in this pass skip it
+        out = em.tmp(1)                  # (me < i wraps: unsigned, it is out too)
+        em.emit(f"setp.ge.u32 {out}, {d}, {turns}")
+        em.emit(f"@{out} bra {end}")
     for k in range(turns):
         p, skip, turn = em.tmp(1), em.label(), em.label()
         em.place(turn)
@@ -199,6 +205,9 @@ def lane_loop(em, me, body, turns: int = TURNS, after=None):
         em.place(skip)
         if after is not None:
             after(turn)
+    em.place(end)
+    if after is not None and turns > 1:
+        after(end)
     em.emit(f"add.u32 {i}, {i}, {turns}")
     more = em.tmp(1)
     em.emit(f"setp.lt.u32 {more}, {i}, %ntid.x")
