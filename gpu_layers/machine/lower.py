@@ -544,7 +544,7 @@ def _naf(k: int, w: int) -> list[tuple[int, int]]:
 
 def _mul_const(em, w, x, k) -> str:
     """x * k as shifts, adds and subtracts of x (k a constant): in non-adjacent form where that
-    has at least two terms fewer than k's set bits (2^w - 1 is one subtract, 1000 = 1024 - 16 - 8
+    has at least two terms fewer than k's set bits (2^w - 1 is one subtract, 1000 = 1024 - 32 + 8
     three terms), else k's bits (nvcc's alternating magic numbers like 0x66666667 save a term at
     most, and sums of positive terms change fewer of a register's data chunks); x * 0 is x ^ x:
     0, or undefined with x."""

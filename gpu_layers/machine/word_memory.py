@@ -678,8 +678,9 @@ def _local(em, ins):
 
 
 def _mask_word(em, ins, lo):
-    """(the shared address of the mask word covering local offset `lo`, the bit offset of its
-    word's first byte there): mask words sit at the frame's mask offset, one per 8 data words."""
+    """(the frame address of the mask word covering local offset `lo`, less the mask offset, and
+    the bit of lo's byte in it): mask words sit at the frame's mask offset, one per 8 data words,
+    4 bits a word."""
     maddr, bit = em.tmp(32), em.tmp(32)
     em.emit(f"shr.u32 {maddr}, {lo}, 5")
     em.emit(f"shl.b32 {maddr}, {maddr}, 2")
