@@ -4,9 +4,11 @@ sequence with the oracle (core.launch_tokens), checking that every token is in t
 vocabulary; no model is involved. Prints the refusals grouped by reason (each names what the core
 does not run) and, with --list, every accepted case with its prompt + stream tokens, the original
 kernel's thread-instructions and the stream's tokens per thread-instruction (the speed metric of
-docs/protocol.md; the stream includes the dump), with their mean and worst.
+docs/protocol.md; the stream includes the dump), with their mean and worst. With --outputs, every
+accepted case's machine code also runs on the interpreter and its output buffers are compared
+with the original kernel's, bit for bit (the oracle's dump is the machine code's outputs).
 
-    .venv/bin/python scripts/machine_census.py [--list] [--step-budget N]
+    .venv/bin/python scripts/machine_census.py [--list] [--outputs] [--step-budget N]
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpu_layers.errors import QwenGPUError  # noqa: E402
-from gpu_layers.interp import launch_args, module_for  # noqa: E402
+from gpu_layers.interp import launch, launch_args, module_for  # noqa: E402
 from gpu_layers.machine.core import core_circuit, launch_tokens, machine_kernel  # noqa: E402
 from gpu_layers.machine.protocol import thread_instructions  # noqa: E402
 from gpu_layers.suite import with_gpu_truth  # noqa: E402
@@ -28,11 +30,13 @@ from gpu_layers.suite import with_gpu_truth  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="print every accepted case and its tokens")
+    ap.add_argument("--outputs", action="store_true",
+                    help="also compare each accepted case's outputs with the original kernel's")
     ap.add_argument("--step-budget", type=int, default=500_000, help="the oracle's warp-instruction budget")
     args = ap.parse_args()
     cases = {c.name: c for c in with_gpu_truth()}
     vocab = {n for n, _ in core_circuit().tokens}
-    ok, refused = [], defaultdict(list)
+    ok, refused, differ = [], defaultdict(list), []
     for name in sorted(cases):
         c = cases[name]
         try:
@@ -47,10 +51,19 @@ def main():
             tins = thread_instructions(module_for(c.ptx()).kernel(c.kernel), c.grid, c.block, kargs,
                                        c.dynamic_shared_bytes) if args.list else 1
             ok.append((name, len(prompt), len(want), tins))
+            if args.outputs:
+                k = module_for(c.ptx()).kernel(c.kernel)
+                a = launch(k, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes).buffers
+                b = launch(mk, grid, block, launch_args(c), c.dynamic_shared_bytes).buffers
+                if any(x is not None and x.tobytes() != y.tobytes() for x, y in zip(a, b)):
+                    differ.append(name)
         except QwenGPUError as e:
             why = str(e).splitlines()
             refused[(why[-1] if why[0].startswith("unsupported PTX") else why[0])[:140]].append(name)
     print(f"the core runs {len(ok)} of {len(cases)} cases")
+    if args.outputs:
+        print(f"outputs equal to the original kernel's: {len(ok) - len(differ)} of {len(ok)}"
+              + (f"; DIFFER: {' '.join(differ)}" if differ else ""))
     for why, names in sorted(refused.items(), key=lambda kv: -len(kv[1])):
         print(f"{len(names):3d} refused: {why}\n      {' '.join(names)}")
     if args.list:
@@ -60,6 +73,8 @@ def main():
         per = [s / t for _, _, s, t in ok]
         print(f"total: {sum(p + s for _, p, s, _ in ok):,} tokens; stream tokens per thread-instruction: "
               f"mean {sum(per) / len(per):.2f}, worst {max(per):.2f}")
+    if differ:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
