@@ -984,18 +984,27 @@ def x_fatom(em, ins):
     B = _B(em)
     atom = ins.opcode == "atom"
     addr, b = (ins.operands[1], ins.operands[2]) if atom else (ins.operands[0], ins.operands[1])
-    b = src = _val(b)
+    src = _val(b)
     space = next((f".{m}" for m in ins.modifiers if m in ("global", "shared")), "")
-    if em.one_warp and em.warps == 1:
-        return _fatom_turns(em, ins, F, B, addr, b, space)
-    cas = ".".join(["atom"] + [m for m in ins.modifiers if m != "add"] + ["cas", f"b{w}"])
     done = em.label() if ins.guard else None
     if done:
         em.emit(f"@{'' if ins.guard.negated else '!'}{ins.guard.reg} bra {done}")
+    turns = em.one_warp and em.warps == 1
+    old = (_fatom_turns if turns else _fatom_cas)(em, ins, F, B, addr, src, space)
+    if atom:
+        em.emit(f"mov.b{w} {ins.operands[0]}, {old}")
+    if done:
+        em.place(done)
+
+
+def _fatom_cas(em, ins, F, B, addr, src, space) -> str:
+    """x_fatom's compare-and-swap loop; the register holding the word's value before this
+    thread's addition."""
+    w = F.w
+    cas = ".".join(["atom"] + [m for m in ins.modifiers if m != "add"] + ["cas", f"b{w}"])
     old, got = em.tmp(w), em.tmp(w)
     em.emit(f"ld{space}.u{w} {old}, {addr}")
-    if F is F32:
-        b = _ftz(B, b)
+    b = _ftz(B, src) if F is F32 else src
     top = em.label()
     em.place(top)
     a = _ftz(B, old) if F is F32 else old
@@ -1008,20 +1017,18 @@ def x_fatom(em, ins):
     retry = B.setp("ne", f"b{w}", got, old)
     em.emit(f"mov.b{w} {old}, {got}")
     em.emit(f"@{retry} bra {top}")
-    if atom:
-        em.emit(f"mov.b{w} {ins.operands[0]}, {got}")
-    if done:
-        em.place(done)
+    return got
 
 
-def _fatom_turns(em, ins, F, B, addr, b, space):
+def _fatom_turns(em, ins, F, B, addr, src, space) -> str:
     """atom/red .add.f32/.f64 in a block of one warp: every lane adds its operand to the word as
     loaded first (one call for the whole warp), then the lanes take turns in ascending order
     (word_memory.lane_loop, under the warp's atomic lock): the lane whose turn it is loads the
     word again and stores its sum when the word is unchanged, or adds to what it found (a call for
     that lane alone) and stores that. So each word gets its additions one at a time in the
     interpreter's order, without the compare-and-swap loop's rounds, which repeat every waiting
-    lane's addition once per lane ahead of it on the same word.
+    lane's addition once per lane ahead of it on the same word. Returns the register holding the
+    word's value before this lane's addition.
 
     While that lane is in the routine the others must not go on to the next turn (its call jumps
     past them, so the cursor rule runs them first): the lane marks itself AWAY for the call, and
@@ -1032,12 +1039,7 @@ def _fatom_turns(em, ins, F, B, addr, b, space):
     from gpu_layers.machine.word_memory import AWAY, lane_id, lane_loop
 
     w = F.w
-    atom = ins.opcode == "atom"
-    done = em.label() if ins.guard else None
-    if done:
-        em.emit(f"@{'' if ins.guard.negated else '!'}{ins.guard.reg} bra {done}")
-    if F is F32:
-        b = _ftz(B, b)
+    b = _ftz(B, src) if F is F32 else src
     guess, mine, cur = em.tmp(w), em.tmp(w), em.tmp(w)
     em.emit(f"ld{space}.u{w} {guess}, {addr}")
     entry = _entry(em, "add", "rn", [], F)
@@ -1070,10 +1072,7 @@ def _fatom_turns(em, ins, F, B, addr, b, space):
         em.emit(f"@{p} bra {top}")
 
     lane_loop(em, lane_id(em), turn, turns=2, after=wait)
-    if atom:
-        em.emit(f"mov.b{w} {ins.operands[0]}, {cur}")
-    if done:
-        em.place(done)
+    return cur
 
 
 def _nan_of(B, x, F):

@@ -283,19 +283,41 @@ class _Access:
         return t, w, lo
 
     def check_align(self, lo32, n):
-        """A guarded load from address 0 (a fault in the interpreter and the machine) for every
-        executing lane whose address is not a multiple of n."""
-        em = self.em
-        r = em.tmp(32)
-        em.emit(f"and.b32 {r}, {lo32}, {n - 1}")
-        r = _where_guard(em, 32, r, 0, self.ins.guard)
-        p = em.tmp(1)
-        em.emit(f"setp.ne.u32 {p}, {r}, 0")
-        fault_where(em, p, r, f"a misaligned {n}-byte vector access")
+        _check_align(self.em, self.ins, lo32, n, f"a misaligned {n}-byte vector access")
 
     def word_ops(self) -> str:
         """ld/st modifiers without the vector count."""
         return ".".join(m for m in self.ins.modifiers if m not in _VEC)
+
+
+def _check_align(em, ins, lo32, n, why):
+    """A guarded load from address 0 (a fault in the interpreter and the machine) for every
+    executing lane whose address (low 32 bits lo32) is not a multiple of n."""
+    r = em.tmp(32)
+    em.emit(f"and.b32 {r}, {lo32}, {n - 1}")
+    r = _where_guard(em, 32, r, 0, ins.guard)
+    p = em.tmp(1)
+    em.emit(f"setp.ne.u32 {p}, {r}, 0")
+    fault_where(em, p, r, why)
+
+
+def _byte_shift(em, lo) -> str:
+    """A register holding the bit offset of address lo's byte in its word: (lo & 3) * 8."""
+    shift = em.tmp(32)
+    em.emit(f"and.b32 {shift}, {lo}, 3")
+    em.emit(f"shl.b32 {shift}, {shift}, 3")
+    return shift
+
+
+def _put_keep(em, value, shift, nbytes) -> tuple[str, str]:
+    """(value << shift, the mask of the word's other bytes): a store of nbytes at bit `shift` of
+    a word is (word & keep) | put."""
+    put, keep = em.tmp(32), em.tmp(32)
+    em.emit(f"shl.b32 {put}, {value}, {shift}")
+    em.emit(f"mov.b32 {keep}, {(1 << (8 * nbytes)) - 1}")
+    em.emit(f"shl.b32 {keep}, {keep}, {shift}")
+    em.emit(f"not.b32 {keep}, {keep}")
+    return put, keep
 
 
 def _fresh(em, bits, guarded) -> str:
@@ -330,9 +352,7 @@ def _load(em, ins):
         em.emit(f"and.b{w} {wa}, {ea}, -4")
         word = _fresh(em, 32, g)
         em.emit(f"{g}{_opname(ins, mods, 'u32')} {word}, [{wa}]")
-        shift = em.tmp(32)
-        em.emit(f"and.b32 {shift}, {lo}, 3")
-        em.emit(f"shl.b32 {shift}, {shift}, 3")
+        shift = _byte_shift(em, lo)
         words = [(word, 32)]
     elif acc.total == 4:
         word = _fresh(em, 32, g)
@@ -435,13 +455,7 @@ def _store(em, ins):
     em.emit(f"and.b32 {pos}, {lo}, 3")
     shift = em.tmp(32)
     em.emit(f"shl.b32 {shift}, {pos}, 3")
-    value = _pack(em, vals, eb, 32)                       # the element(s), in the low bits
-    put = em.tmp(32)
-    em.emit(f"shl.b32 {put}, {value}, {shift}")
-    keep = em.tmp(32)
-    em.emit(f"mov.b32 {keep}, {(1 << (8 * acc.total)) - 1}")
-    em.emit(f"shl.b32 {keep}, {keep}, {shift}")
-    em.emit(f"not.b32 {keep}, {keep}")
+    put, keep = _put_keep(em, _pack(em, vals, eb, 32), shift, acc.total)    # the element(s) placed
     pos = _where_guard(em, 32, pos, 4, ins.guard)       # lanes whose guard is false take no round
     word = _fresh(em, 32, True)
     for k in range(0, 4, acc.total):
@@ -651,8 +665,7 @@ def _local(em, ins):
     vals = ins.operands[0] if is_ld else ins.operands[1]
     if not isinstance(aop, Addr):
         _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
-    n = len(vals.elems) if isinstance(vals, Vec) else 1
-    size = TYPE_BITS[ins.types[0]] // 8 * n
+    size = _access_bytes(ins)
     ea, _ = _effective(em, aop, 64)
     chk = _where_guard(em, 64, ea, 0, ins.guard)      # lanes whose guard is false check address 0
     lo = em.tmp(32)
@@ -696,6 +709,11 @@ def _mark_written(em, ins, lo, size):
     maddr, bit = _mask_word(em, ins, lo)
     mw = _fresh(em, 32, bool(g))
     em.emit(f"{g}ld.shared.u32 {mw}, [{maddr}+{em.local_masks}]")
+    _set_mask_bits(em, g, maddr, mw, bit, size)
+
+
+def _set_mask_bits(em, g, maddr, mw, bit, size):
+    """Store mask word mw (loaded from maddr) with the bits of `size` bytes from `bit` set."""
     put = em.tmp(32)
     em.emit(f"mov.u32 {put}, {(1 << size) - 1}")
     em.emit(f"shl.b32 {put}, {put}, {bit}")
@@ -715,26 +733,19 @@ def _local_sub_word(em, ins, vals, size, lo, sa):
     is_ld = ins.opcode == "ld"
     g = _guard(ins)
     if size == 2:
-        p = em.tmp(1)                          # misaligned: a guarded load from address 0
-        r = em.tmp(32)
-        em.emit(f"and.b32 {r}, {lo}, 1")
-        r = _where_guard(em, 32, r, 0, ins.guard)
-        em.emit(f"setp.ne.u32 {p}, {r}, 0")
-        fault_where(em, p, r, "a misaligned 2-byte access")
+        _check_align(em, ins, lo, 2, "a misaligned 2-byte access")
     maddr, bit = _mask_word(em, ins, lo)
     mw = _fresh(em, 32, bool(g))
     em.emit(f"{g}ld.shared.u32 {mw}, [{maddr}+{em.local_masks}]")
-    wa, shift = em.tmp(32), em.tmp(32)
+    wa = em.tmp(32)
     em.emit(f"and.b32 {wa}, {sa}, -4")
-    em.emit(f"and.b32 {shift}, {lo}, 3")
-    em.emit(f"shl.b32 {shift}, {shift}, 3")
+    shift = _byte_shift(em, lo)
     word = _fresh(em, 32, bool(g))
     em.emit(f"{g}ld.shared.u32 {word}, [{wa}]")
-    mine = (1 << size) - 1
     if is_ld:
         t, written = em.tmp(32), em.tmp(1)
         em.emit(f"shr.u32 {t}, {mw}, {bit}")
-        em.emit(f"and.b32 {t}, {t}, {mine}")
+        em.emit(f"and.b32 {t}, {t}, {(1 << size) - 1}")
         em.emit(f"setp.ne.u32 {written}, {t}, 0")
         dsts = list(vals.elems) if isinstance(vals, Vec) else [vals]
         eb = TYPE_BITS[ins.types[0]]
@@ -761,16 +772,8 @@ def _local_sub_word(em, ins, vals, size, lo, sa):
     em.emit(f"selp.b32 {base}, {word}, 0, {any_}")     # a word nothing wrote: its bytes are 0
     eb = TYPE_BITS[ins.types[0]]
     value = _pack(em, list(vals.elems) if isinstance(vals, Vec) else [vals], eb, 32)
-    put, keep = em.tmp(32), em.tmp(32)
-    em.emit(f"shl.b32 {put}, {value}, {shift}")
-    em.emit(f"mov.b32 {keep}, {(1 << (8 * size)) - 1}")
-    em.emit(f"shl.b32 {keep}, {keep}, {shift}")
-    em.emit(f"not.b32 {keep}, {keep}")
+    put, keep = _put_keep(em, value, shift, size)
     em.emit(f"and.b32 {base}, {base}, {keep}")
     em.emit(f"or.b32 {base}, {base}, {put}")
     em.emit(f"{g}st.shared.u32 [{wa}], {base}")
-    m = em.tmp(32)
-    em.emit(f"mov.u32 {m}, {mine}")
-    em.emit(f"shl.b32 {m}, {m}, {bit}")
-    em.emit(f"or.b32 {mw}, {mw}, {m}")
-    em.emit(f"{g}st.shared.u32 [{maddr}+{em.local_masks}], {mw}")
+    _set_mask_bits(em, g, maddr, mw, bit, size)
