@@ -141,11 +141,12 @@ def _product(B: _B, sa, sb, F):
     """The exact product of two significands as a list of 64-bit registers, high first
     (binary32: one word; binary64: two)."""
     em = B.em
-    if F is F32:                            # 24 x 24 bits: 24 multiply steps in one register
-        x = B.cvt(64, 32, sa)
+    if F is F32:                            # 24 x 24 bits: 12 two-bit steps in one register
+        from .lower import pack3            # (lower imports this module)
+        x = pack3(em, B.cvt(64, 32, sa))
         R = B.shl(64, B.cvt(64, 32, sb), 40)
-        for _ in range(24):
-            em.emit(f"mstep.b64 {R}, {R}, {x}")
+        for _ in range(12):
+            em.emit(f"mquad.b64 {R}, {R}, {x}")
         return [R]
     # 53 x 53 bits: b's significand in chunks of 9 + 4 x 11 bits from the top, each chunk's
     # product (< 2^64) by multiply steps, accumulated as acc = acc * 2^11 + product

@@ -35,6 +35,7 @@ constant becomes shifts and adds; an f32 fma is about 330 machine steps per thre
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, Vec, in_own_module
@@ -47,7 +48,7 @@ from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
-    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "setp", "selp",
+    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "mquad", "setp", "selp",
     "mov", "cvt", "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
     "bra", "exit", "nop"})
 FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
@@ -474,9 +475,9 @@ def _mul_lo(em, w, a, b) -> str:
         if y.lstrip("-").isdigit():
             return _mul_const(em, w, x, int(y) & ((1 << w) - 1))
     if w <= 32:
-        return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w))
+        return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w, low32=True))
     (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
-    cross = _op(em, 64, "add", _mul32(em, al, bh), _mul32(em, ah, bl), "u64")
+    cross = _op(em, 64, "add", _mul32(em, al, bh, low32=True), _mul32(em, ah, bl, low32=True), "u64")
     return _op(em, 64, "add", _mul32(em, al, bl), _op(em, 64, "shl", cross, 32), "u64")
 
 
@@ -494,21 +495,58 @@ def _halves(em, x) -> tuple[str, str]:
     return _op(em, 64, "and", x, 0xFFFFFFFF), _op(em, 64, "shr", x, 32, "u64")
 
 
-def _mul32(em, x, y) -> str:
-    """The 64-bit product of two 64-bit registers holding 32-bit values (_halves)."""
-    return _mul_steps(em, x, 32, y, 64, bits=32)
+def _mul32(em, x, y, low32=False) -> str:
+    """The 64-bit product of two 64-bit registers holding 32-bit values (_halves); with low32,
+    only its low 32 bits are the product's (the rest is below the product, never above)."""
+    return _mul_steps(em, x, 32, y, 64, bits=32, low32=low32)
 
 
-def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL) -> str:
+QUAD_XBITS = 30     # x < 2^30: 3x < 2^32 fits mquad's high half whole
+
+
+def pack3(em, x) -> str:
+    """mquad's multiplicand word (3x mod 2^32) << 32 | x, for a 64-bit register x < 2^32."""
+    t = _op(em, 64, "shl", x, 1)
+    t = _op(em, 64, "add", t, x, "u64")
+    return _op(em, 64, "or", _op(em, 64, "shl", t, 32), x)
+
+
+def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL, low32=False, packed=None) -> str:
     """A fresh 64-bit register holding x * y exactly, for a 64-bit x < 2^xbits and a multiplier
-    y < 2^bits in a wy-bit register (bits defaults to wy), xbits + bits <= 64: R = y << (64 -
-    bits), then `bits` machine multiply steps `mstep R, R, x` (R = 2 R + (R's top bit ? x : 0)),
-    unroll an iteration. After k steps R = (y << k) << (64 - bits) + x * (y's top k bits): the
-    partial product (< 2^(xbits + k)) grows below y's remaining bits without reaching them, and
-    after all steps it is the whole of R. Each step reads x and R, so an undefined x or y makes
-    the product undefined, as PTX's mul does."""
+    y < 2^bits in a wy-bit register (bits defaults to wy), xbits + bits <= 64.
+
+    Two multiplier bits a step (`mquad`) where x < 2^30 or only the product's low 32 bits are
+    needed (low32): R = y << (64 - bits') (bits' = bits rounded up to even), b = pack3(x)
+    (`packed`: already packed), then bits' / 2 steps R = 4 R + (0, x, 2x, 3x mod 2^32)[R's top
+    two bits]. After k steps R = (y << 2k) << (64 - bits') + P with x * (y's top 2k bits) >= P
+    >= 0 (equal when 3x < 2^32, congruent mod 2^32 otherwise): P grows below y's remaining bits
+    without reaching them, and at the end it is the whole of R. Else one bit a step: `bits` steps
+    `mstep R, R, x` (R = 2 R + (R's top bit ? x : 0)). Loops take `unroll` steps an iteration
+    (fewer for mquad where the count needs it). A wider x (up to 32 bits, the whole product kept)
+    is x = 4 x'' + x1: R = x'' * y by mquad steps (< 2^62), x1 put in R's top two bits, then two
+    mstep by y finish 4 R + x1 * y (2 R + y < 2^63 never reaches x1's second bit). Each step reads
+    x (or a word made from it) and R, so an undefined x or y makes the product undefined, as PTX's
+    mul does."""
     bits = bits or wy
-    assert xbits + bits <= 64 and bits <= wy and bits % unroll == 0
+    assert xbits + bits <= 64 and bits <= wy
+    if packed is None and not low32 and QUAD_XBITS < xbits <= QUAD_XBITS + 2:
+        y64 = _ext(em, wy, y, False, 64) if wy < 64 else y
+        r = _mul_steps(em, _op(em, 64, "shr", x, 2, "u64"), xbits - 2, y64, 64, bits, unroll)
+        em.emit(f"add.u64 {r}, {r}, {_op(em, 64, 'shl', x, 62)}")
+        for _ in range(2):
+            em.emit(f"mstep.b64 {r}, {r}, {y64}")
+        return r
+    if packed is not None or low32 or xbits <= QUAD_XBITS:
+        bits += bits & 1
+        assert xbits + bits <= 64 and (low32 or xbits <= QUAD_XBITS)
+        b = packed if packed is not None else pack3(em, x)
+        r = _ext(em, wy, y, False, 64)
+        em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
+        n = bits // 2
+        u = max(d for d in range(1, unroll + 1) if n % d == 0)
+        machine_steps(em, n, u, lambda: em.emit(f"mquad.b64 {r}, {r}, {b}"))
+        return r
+    assert bits % unroll == 0
     r = _ext(em, wy, y, False, 64)
     em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
     machine_steps(em, bits, unroll, lambda: em.emit(f"mstep.b64 {r}, {r}, {x}"))
@@ -525,6 +563,53 @@ def machine_steps(em, n, unroll, step):
             step()
         return
     _counted_loop(em, n // unroll, lambda: [step() for _ in range(unroll)])
+
+
+def _dsteps(em, rx, bm, skip=False):
+    """32 divide steps `dstep.b64 RX, RX, bm` (bm = (b << 32) - 1, RX = r << 32 | 32 dividend
+    bits, r < b). With `skip` (RX and bm proven defined: it branches on them), the first 16, 24
+    or all 32 steps are skipped where none of them could subtract: those steps only double RX,
+    and step k subtracts only once RX << k > bm, so RX << s <= bm says the first s are shifts
+    (RX << s is even, bm odd: never equal); RX << s is then RX for the remaining steps (no
+    overflow: RX < 2^32 when r = 0). Three instructions where nothing is skipped, eight to
+    eleven where steps are (a dividend much smaller than the divisor times 2^32: trial division
+    by large divisors, a 64-bit dividend's high half below the divisor, ...)."""
+    def step():
+        em.emit(f"dstep.b64 {rx}, {rx}, {bm}")
+    if not skip:
+        machine_steps(em, 32, STEP_UNROLL, step)
+        return
+    full, s16, s24, at16, at24, done = (em.label() for _ in range(6))
+    straight = em.straight and (em.index is None or em.index in em.looped)
+    cnt = None if straight else em.tmp(32)
+    t16 = _op(em, 64, "shl", rx, 16)
+    em.emit(f"@!{_setp(em, 'le', 'u64', t16, bm)} bra {full}")
+    t24 = _op(em, 64, "shl", t16, 8)
+    em.emit(f"@!{_setp(em, 'le', 'u64', t24, bm)} bra {s16}")
+    t32 = _op(em, 64, "shl", t24, 8)
+    em.emit(f"@!{_setp(em, 'le', 'u64', t32, bm)} bra {s24}")
+    em.emit(f"mov.b64 {rx}, {t32}")
+    em.emit(f"bra {done}")
+    for here, t, turns, entry in ((s24, t24, 1, at24), (s16, t16, 2, at16)):
+        em.place(here)
+        em.emit(f"mov.b64 {rx}, {t}")
+        if cnt:
+            em.emit(f"mov.b32 {cnt}, {turns}")
+        em.emit(f"bra {entry if straight else at16}")
+    em.place(full)
+    if straight:
+        for k in range(32):
+            if k in (16, 24):
+                em.place(at16 if k == 16 else at24)
+            step()
+    else:
+        em.emit(f"mov.b32 {cnt}, 4")
+        em.place(at16)                   # the loop: 8 steps a turn, cnt turns
+        for _ in range(8):
+            step()
+        em.emit(f"sub.u32 {cnt}, {cnt}, 1")
+        em.emit(f"@{_setp(em, 'ne', 'u32', cnt, 0)} bra {at16}")
+    em.place(done)
 
 
 def _naf(k: int, w: int) -> list[tuple[int, int]]:
@@ -663,12 +748,12 @@ def _bits24(em, x, signed) -> str:
     return _ext(em, 32, lo, signed, 64)
 
 
-def _udivrem_by32(em, a, b, quotient=True) -> tuple[str | None, str]:
+def _udivrem_by32(em, a, b, quotient=True, skip=False) -> tuple[str | None, str]:
     """(a / b, a % b) for a 64-bit a and b < 2^32: long division by divide steps in one 64-bit
     register RX = r << k | (k dividend bits), as _udivrem's w <= 32 case, in three parts: a's
     high 32 bits (r starts at 0), then 16 and 16. r < b < 2^32 carries over from part to part,
     so k = 16 keeps 2 RX below 2^64 (k = 32 would not). 64 steps and about 25 others, instead
-    of about 500."""
+    of about 500. `skip`: the first part skips the steps that cannot subtract (_dsteps)."""
     rx = _op(em, 64, "shr", a, 32, "u64")
     acc = prev = None
     bms = {}                             # (b << k) - 1 per part width
@@ -679,7 +764,10 @@ def _udivrem_by32(em, a, b, quotient=True) -> tuple[str | None, str]:
         if k not in bms:
             bms[k] = _op(em, 64, "sub", _op(em, 64, "shl", b, k), 1, "u64")
         bm = bms[k]
-        machine_steps(em, k, STEP_UNROLL, lambda rx=rx, bm=bm: em.emit(f"dstep.b64 {rx}, {rx}, {bm}"))
+        if k == 32:
+            _dsteps(em, rx, bm, skip)
+        else:
+            machine_steps(em, k, STEP_UNROLL, lambda rx=rx, bm=bm: em.emit(f"dstep.b64 {rx}, {rx}, {bm}"))
         if quotient:
             q = _op(em, 64, "and", rx, (1 << k) - 1)
             acc = q if acc is None else _op(em, 64, "or", _op(em, 64, "shl", acc, k), q)
@@ -687,7 +775,7 @@ def _udivrem_by32(em, a, b, quotient=True) -> tuple[str | None, str]:
     return acc, _op(em, 64, "shr", rx, 16, "u64")
 
 
-def _udivrem_branching(em, w, a, b, quotient=True) -> tuple[str | None, str]:
+def _udivrem_branching(em, w, a, b, quotient=True, skip=False) -> tuple[str | None, str]:
     """64-bit (a / b, a % b) for a divisor proven defined (gpu_layers.machine.definedness): a
     divisor below 2^32 takes _udivrem_by32, a larger one the general loop; both branches go
     forward and meet after them (the cursor rule reconverges the lanes there)."""
@@ -699,7 +787,7 @@ def _udivrem_branching(em, w, a, b, quotient=True) -> tuple[str | None, str]:
             em.emit(f"mov.b64 {qo}, {q}")
         em.emit(f"mov.b64 {ro}, {r}")
     em.emit(f"@{_setp(em, 'gt', 'u64', b, 0xFFFFFFFF)} bra {slow}")
-    keep(*_udivrem_by32(em, a, b, quotient))
+    keep(*_udivrem_by32(em, a, b, quotient, skip))
     em.emit(f"bra {done}")
     em.place(slow)
     keep(*_udivrem(em, 64, a, b, quotient, wide_divisor=True))
@@ -707,7 +795,7 @@ def _udivrem_branching(em, w, a, b, quotient=True) -> tuple[str | None, str]:
     return (qo if quotient else None), ro
 
 
-def _udivrem(em, w, a, b, quotient=True, wide_divisor=False) -> tuple[str | None, str]:
+def _udivrem(em, w, a, b, quotient=True, wide_divisor=False, skip=False) -> tuple[str | None, str]:
     """(a / b, a % b) of unsigned w-bit values (b == 0 handled by callers): binary long division,
     a bit a step, in a loop on a fresh counter. Step k shifts the
     dividend's next bit into the remainder r; where r >= b it subtracts b and the quotient bit
@@ -720,7 +808,8 @@ def _udivrem(em, w, a, b, quotient=True, wide_divisor=False) -> tuple[str | None
     alone, `quotient=False`, which returns (None, remainder)). `wide_divisor` (w = 64, where
     b >= 2^32 is known: _udivrem_branching's other side): the first 32 steps would never
     subtract (r = a's top bits < 2^32 <= b), so r starts as a >> 32 and the loop takes the 32
-    low bits only (the quotient is below 2^32)."""
+    low bits only (the quotient is below 2^32). `skip` (a and b proven defined; w = 32): the
+    leading steps that cannot subtract are skipped (_dsteps)."""
     if w <= 32:
         W = 2 * w
         rx = _ext(em, w, a, False, W)
@@ -728,7 +817,10 @@ def _udivrem(em, w, a, b, quotient=True, wide_divisor=False) -> tuple[str | None
         bm = _op(em, W, "sub", bb, 1, f"u{W}")
         # one machine divide step a bit: dstep RX, RX, bm is RX = 2 RX, less bm where RX >= bm
         # (2 RX is even and bm = (b << w) - 1 odd: RX >= bm exactly where RX >= b << w)
-        machine_steps(em, w, STEP_UNROLL, lambda: em.emit(f"dstep.b{W} {rx}, {rx}, {bm}"))
+        if w == 32:
+            _dsteps(em, rx, bm, skip)
+        else:
+            machine_steps(em, w, STEP_UNROLL, lambda: em.emit(f"dstep.b{W} {rx}, {rx}, {bm}"))
         q, r = em.tmp(w), em.tmp(w)
         em.emit(f"cvt.u{w}.u{W} {q}, {rx}")
         em.emit(f"cvt.u{w}.u{W} {r}, {_op(em, W, 'shr', rx, w, f'u{W}')}")
@@ -787,7 +879,8 @@ def _x_divrem(em, ins):
     # a 64-bit division may branch on the divisor's size where the divisor is defined (an
     # undefined dividend only makes both paths' results undefined, as the original's)
     defined = em.is_defined(b) or b.lstrip("-").isdigit()
-    divide = _udivrem_branching if w == 64 and defined else _udivrem
+    both = defined and (em.is_defined(a) or a.lstrip("-").isdigit())     # may skip steps (_dsteps)
+    divide = partial(_udivrem_branching if w == 64 and defined else _udivrem, skip=both)
     a, b = _copy(em, w, a), _copy(em, w, b)
     bad = _setp(em, "eq", f"b{w}", b, 0)
     if signed:

@@ -790,7 +790,7 @@ def _emit_product(B, Wd, r, f):
     em.emit(f"or.pred {f.pinf}, {ainf}, {binf}")
     em.emit(f"or.pred {f.pnan}, {B.por(_is_nan(B, maga, F), _is_nan(B, magb, F))}, {inv}")
     _nan_value(B, f, F, [r.b, r.c, r.a])        # DFMA: b's NaN, then c's, then a's
-    from .lower import _counted_loop, _mul_steps     # (lower imports this module)
+    from .lower import _counted_loop, _mul_steps, pack3     # (lower imports this module)
 
     if F is F32:                        # 24 x 24 bits: 24 machine multiply steps in one 64-bit register
         Wd.set(f.P, _mul_steps(em, B.cvt(64, 32, ma), F.mbits + 1, mb, 32, bits=F.mbits + 1))
@@ -800,12 +800,14 @@ def _emit_product(B, Wd, r, f):
     # steps); one pass of code run twice, so the routine stays short (the program holds 1,024 PCs)
     half = (1 << 27) - 1
     al, ah = B.and_(64, ma, half), B.shr(64, ma, 27)
+    packed = {x: pack3(em, x) for x in (al, ah)}     # mquad's words, once for both passes
     cur = em.tmp(64)
     em.emit(f"shr.u64 {cur}, {mb}, 27")
     Wd.set(f.P, 0)
 
     def one_half():
-        lo, hi = (_mul_steps(em, x, 27, cur, 64, bits=28, unroll=F64_PRODUCT_UNROLL) for x in (al, ah))
+        lo, hi = (_mul_steps(em, x, 27, cur, 64, bits=28, unroll=F64_PRODUCT_UNROLL, packed=packed[x])
+                  for x in (al, ah))
         Wd.set(f.P, Wd.add(Wd.shl(f.P, 27), Wd.add(Wd.from_(lo, 64), Wd.shl(Wd.from_(hi, 64), 27))))
         em.emit(f"and.b64 {cur}, {mb}, {half}")
     _counted_loop(em, 2, one_half)

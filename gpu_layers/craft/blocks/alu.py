@@ -37,6 +37,10 @@ u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definiti
                   a's high bits above the accumulator (machine code only, docs/machine.md §17)
   dstep           t = 2a; r = t >= b ? t - b : t (unsigned): one step of a restoring division
                   whose remainder and quotient share a (machine code only)
+  mquad           r = 4a + (0, L, 2L, H)[a's bits 63..62], L = b's low and H = b's high 32 bits:
+                  two multiplier bits a step, with b = (3x mod 2^32) << 32 | x (machine code
+                  only: the lowering uses width 64; narrower, a's top bits are 0 and r = 4a;
+                  docs/machine.md §23)
 
 Construction (all steps are threshold steps of `circuit.Step`; every unit's last steps are gated by
 `op` and the width mask, so the result mux costs no stage; a step may write many dims at once)
@@ -65,6 +69,9 @@ The two step ops run on the adder: its first operand is `aa` (stage 2: a, or 2a 
 ops), its second b, ~b (dstep) or b masked by a's top bit (mstep: b - nb); stage 1 adds their chunk
 generate/propagate (gpd, gpm: a's bits read one place up), stage 2 their chunk carries and dstep's
 compare ge, stage 3 routes 2a into y when dstep's t < b (`dge` = dstep and ge enables the sum).
+mquad's first operand is 4a (aa, stage 2) and its second vq, the multiple of x that a's top two
+bits pick (stage 1, from b's halves; `bz` cancels b itself in b'): stage 1 adds the chunk
+generate/propagate of each case (gpq), stage 2 their carries.
 
 Thresholds with sums of up to 2^8 (chunk carries, compares) make stages 1-3 exact in fp32 only
 (`Compiled.bf16_unsafe()` names them); the shifter alone would be bf16-safe.
@@ -80,7 +87,7 @@ ALU_OPS = ("mov_a", "add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "
            "setp_eq", "setp_ne", "setp_lt_u", "setp_lt_s", "setp_le_u", "setp_le_s",
            "setp_gt_u", "setp_gt_s", "setp_ge_u", "setp_ge_s",
            "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32",
-           "zext8", "zext16", "zext32", "clz", "mstep", "dstep")
+           "zext8", "zext16", "zext32", "clz", "mstep", "dstep", "mquad")
 ALU_WIDTHS = (16, 32, 64)
 N = 64
 CHUNK = 8
@@ -96,6 +103,7 @@ MOVES = ("mov_a", "zext", "sext8", "sext16", "sext32", "zext8", "zext16", "zext3
 SELB = ("selp", "min_u", "min_s", "max_u", "max_s")
 SIGNED = ("min_s", "max_s", "setp_lt_s", "setp_le_s", "setp_gt_s", "setp_ge_s")
 STEPS = ("mstep", "dstep")
+QUAD = ("mquad",)                   # 4a + a multiple of b: the adder's first operand is 4a
 SEXT = {"sext8": 8, "sext16": 16, "sext32": 32}
 ZEXT = {"zext8": 8, "zext16": 16, "zext32": 32}
 
@@ -163,6 +171,9 @@ def alu_ref(op, width, a: int, b: int, p: int) -> tuple[int, int]:
     elif op == "dstep":
         t = (x << 1) & M
         r = t - y if t >= y else t
+    elif op == "mquad":
+        lo, hi = y & 0xFFFFFFFF, y >> 32
+        r = (x << 2) + (0, lo, 2 * lo, hi)[x >> 62]
     else:
         raise AssertionError(op)
     return r & M, 0
@@ -266,6 +277,8 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     clzt = s1.field(new("clzt", "bits", N))
     gpd = s1.field(new("gpd", "bits", 2 * NCH))
     gpm = s1.field(new("gpm", "bits", 2 * NCH))
+    gpq = s1.field(new("gpq", "bits", 2 * NCH))
+    vq = s1.field(new("vq", "bits", 33))
 
     def T(i) -> Lin:                # the step ops' first operand 2a, bit i
         return A(i - 1) if i else Lin()
@@ -315,14 +328,44 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             s1.step(s - (full - 1.5), 0.5, [(gpm, 2 * d + 1, 1.0)], [O("mstep"), W(w), A(w - 1)])
             s = lsum(float(1 << j) * T(CHUNK * d + j) for j in range(CHUNK))
             s1.step(s - (full - 1.5), 0.5, [(gpm, 2 * d + 1, 1.0)], [O("mstep"), W(w), 1.0 - A(w - 1)])
+    # mquad: 4a + V, V = (0, L, 2L, H)[a's bits 63, 62] (L, H: b's 32-bit halves; only the first
+    # 33 bits of V can be set); every case is one linear chunk sum, gated by its two top bits
+    def case(k) -> list:
+        return [O("mquad"), A(63) if k >> 1 else 1.0 - A(63), A(62) if k & 1 else 1.0 - A(62)]
+
+    def V(k, i) -> Lin:
+        if k == 1 and i < 32:
+            return B(i)
+        if k == 2 and 1 <= i <= 32:
+            return B(i - 1)
+        if k == 3 and i < 32:
+            return B(32 + i)
+        return Lin()
+
+    def Q(i) -> Lin:                # mquad's first operand 4a, bit i
+        return A(i - 2) if i >= 2 else Lin()
+    for d in range(NCH):
+        live = [k for k in (1, 2, 3) if any(V(k, CHUNK * d + j).coef for j in range(CHUNK))]
+        for k in live:
+            s = lsum(float(1 << j) * (Q(CHUNK * d + j) + V(k, CHUNK * d + j)) for j in range(CHUNK))
+            s1.step(s - (full - 0.5), 0.5, [(gpq, 2 * d, 1.0)], case(k))
+            s1.step(s - (full - 1.5), 0.5, [(gpq, 2 * d + 1, 1.0)], case(k))
+        s = lsum(float(1 << j) * Q(CHUNK * d + j) for j in range(CHUNK))     # 4a alone: no generate
+        for gates in ([case(k) for k in range(4) if k not in live] if live else [[O("mquad")]]):
+            s1.step(s - (full - 1.5), 0.5, [(gpq, 2 * d + 1, 1.0)], gates)
+    for k in (1, 2, 3):
+        for i in range(33):
+            if V(k, i).coef:
+                s1.step(V(k, i) - 0.5, 0.5, [(vq, i, 1.0)], case(k))
     for i in range(N):
         s1.step(B(i) - 0.5, 0.5, [(andb, i, 1.0)], [O("sub", "dstep")])
     for k in range(N):              # clz: t_k = [a >> k == 0]
         s1.step(0.5 - lsum(A(i) for i in range(k, N)), 0.5, [(clzt, k, 1.0)], [O("clz")])
     st1 = s1.build()
 
-    def bp(i) -> Lin:               # b' = b xor sub (exact 0/1), b masked by a's top bit for mstep
-        return B(i) + O("sub", "dstep") - 2.0 * andb.bit(i) - nb.bit(i)
+    def bp(i) -> Lin:               # b' = b xor sub (exact 0/1), b masked by a's top bit for mstep,
+        #                             mquad's multiple vq (nb cancels b)
+        return B(i) + O("sub", "dstep") - 2.0 * andb.bit(i) - nb.bit(i) + (vq.bit(i) if i < 33 else 0.0)
 
     # ---- stage 2 -------------------------------------------------------------------------
     s2 = _Stage(c, f"{name}_s2")
@@ -334,10 +377,13 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     ge = s2.field(new("ge", "bits", 1))
     aa = s2.field(new("aa", "bits", N))
     nb = s2.field(new("nb", "bits", N))
-    for i in range(N):              # the adder's first operand: a, or 2a for the step ops
-        s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS)])
+    for i in range(N):              # the adder's first operand: a, 2a for the step ops, 4a for mquad
+        s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS, *QUAD)])
         if i:
             s2.step(T(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS)])
+        if i >= 2:
+            s2.step(Q(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*QUAD)])
+        s2.step(B(i) - 0.5, 0.5, [(nb, i, 1.0)], [O(*QUAD)])      # mquad: b' is vq alone
     for w in ALU_WIDTHS:            # mstep: b's bits where a's bit w-1 is 0 (subtracted from b)
         for i in range(w):
             s2.step(B(i) - A(w - 1) - 0.5, 0.5, [(nb, i, 1.0)], [O("mstep"), W(w)])
@@ -363,6 +409,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s2.step(lex(gps, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("sub")])
         s2.step(lex(gpd, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("dstep")])
         s2.step(lex(gpm, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("mstep")])
+        s2.step(lex(gpq, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O(*QUAD)])
     for w in ALU_WIDTHS:            # dstep: 2a >= b at width w (a carry out of chunk w/8 - 1)
         s2.step(lex(gpd, w // CHUNK, 1.0), 1.0, [(ge, 0, 1.0)], [O("dstep"), W(w)])
     # a - b in sub mode: L = lex over all chunks; a < b iff L <= -1, a == b iff L == 1, a > b iff L >= 3
@@ -423,7 +470,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             lo = CHUNK * ch
             Lp = lsum(float(1 << j) * (aa.bit(lo + j) + bp(lo + j)) for j in range(pp))
             s3.step(Lp + chunk_carry(ch) - (float(1 << pp) - 0.5), 0.5,
-                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH, *STEPS)])
+                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH, *STEPS, *QUAD)])
     st3 = s3.build()
 
     def cin_bit(i) -> Lin:          # carry into bit i (add/sub only)
@@ -434,7 +481,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     s4 = _Stage(c, f"{name}_s4")
     r = s4.field(out_field(c, f"{name}_r", enc, N))
     normal = O("shl", "clz", "dstep", *MOVES, *SELB)
-    summed = dge.bit(0) + O("mstep")               # the step ops whose result is the adder's
+    summed = dge.bit(0) + O("mstep", *QUAD)        # the step ops whose result is the adder's
     for i in range(N):
         s4.step(y.bit(i) - 0.5, 0.5, [(r, i, 1.0)], [normal, allow(i)])
         s4.step(y.bit(N - 1 - i) - 0.5, 0.5, [(r, i, 1.0)], [O(*SHR), allow(i)])
