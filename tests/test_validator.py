@@ -952,6 +952,9 @@ def build_bits(name, form):
     if k == "mquad":                 # machine code only: 4a + (0, L, 2L, H)[a >> 62]
         return _lanewise(name, [c, c], [c], "\t%s \t{d0}, {s0}, {s1};\n" % name, lambda r: [g(r), g(r)],
                          lambda a, b: [(4 * a + (0, b & 0xFFFFFFFF, 2 * (b & 0xFFFFFFFF), b >> 32)[a >> 62]) & M])
+    if k == "mtrip":                 # machine code only: ((2a + b) mod 2^32) << 32 | (a mod 2^32)
+        return _lanewise(name, [c, c], [c], "\t%s \t{d0}, {s0}, {s1};\n" % name, lambda r: [g(r), g(r)],
+                         lambda a, b: [((2 * a + b) & 0xFFFFFFFF) << 32 | (a & 0xFFFFFFFF)])
     if k == "brev":
         return _lanewise(name, [c], [c], one, lambda r: [g(r)], lambda a: [int(f"{a:0{w}b}"[::-1], 2)])
     if k == "bfind":
@@ -1547,7 +1550,8 @@ def build_control(name, form):
 BUILDERS = {}
 for _kinds, _b in [(("iadd", "isub", "imin", "imax", "idiv", "irem", "imul", "imad", "imul24", "imad24", "sad",
                      "ineg", "iabs", "isat"), build_int),
-                   (("logic", "not", "cnot", "shl", "shr", "popc", "clz", "mstep", "dstep", "mquad", "brev", "bfind", "bfe", "bfi", "prmt",
+                   (("logic", "not", "cnot", "shl", "shr", "popc", "clz", "mstep", "dstep", "mquad", "mtrip",
+                     "brev", "bfind", "bfe", "bfi", "prmt",
                      "lop3", "shf"), build_bits),
                    (("setp", "selp", "slct", "mov"), build_select),
                    (("fbin", "fminmax", "ffma", "funary", "fbits", "copysign", "testp"), build_float),
@@ -1679,15 +1683,16 @@ def test_problems_are_scoped_to_the_kernel_and_sorted():
 
 
 def test_the_machines_own_instructions_are_not_ptx():
-    """mstep / dstep / mquad exist in machine code only (Kernel.machine): in a user's PTX they are
+    """mstep / dstep / mquad / mtrip exist in machine code only (Kernel.machine): in a user's PTX they are
     refused by name, like any instruction a GPU does not have."""
     body = ("\tmov.u64 \t%rd1, 3;\n\tmstep.b64 \t%rd2, %rd1, %rd1;\n\tdstep.b32 \t%r1, %r2, %r3;\n"
-            "\tmquad.b64 \t%rd3, %rd1, %rd2;\n\tret;\n")
+            "\tmquad.b64 \t%rd3, %rd1, %rd2;\n\tmtrip.b64 \t%rd4, %rd1, %rd1;\n\tret;\n")
     module = parse_ptx(kernel_ptx(body))
     with pytest.raises(UnsupportedPTX) as e:
         validate(module)
     msg = str(e.value)
     assert "`mstep.b64` is not supported (it is qwenGPU's machine instruction, not PTX)" in msg
     assert "`dstep.b32` is not supported" in msg and "`mquad.b64` is not supported" in msg
+    assert "`mtrip.b64` is not supported" in msg
     module.kernel().machine = True
     validate(module)

@@ -113,6 +113,8 @@ def _step_fn(kind, w):
         return lambda a, b: ((a << 1) + (b if a >> (w - 1) else 0)) & M
     if kind == "mquad":             # 64 bits: 4a + (0, L, 2L, H)[a's top two bits], b = H << 32 | L
         return lambda a, b: ((a << 2) + (0, b & 0xFFFFFFFF, (b & 0xFFFFFFFF) << 1, b >> 32)[a >> 62]) & M
+    if kind == "mtrip":             # 64 bits: ((2a + b) mod 2^32) << 32 | (a mod 2^32)
+        return lambda a, b: ((((a << 1) + b) & 0xFFFFFFFF) << 32 | (a & 0xFFFFFFFF)) & M
 
     def dstep(a, b):
         t = (a << 1) & M
@@ -659,7 +661,7 @@ class Program:
                             sbits=[w, w, 2 * w if wide else w])
         if k in ("imul24", "imad24"):
             return lanewise(_int_fn(k, mods, t), 2 if k == "imul24" else 3)
-        if k in ("mstep", "dstep", "mquad"):     # machine code only (ptx.validator.MACHINE_ONLY)
+        if k in ("mstep", "dstep", "mquad", "mtrip"):    # machine code only (validator.MACHINE_ONLY)
             return lanewise(_step_fn(k, w), 2)
         if k == "logic":
             dec = lanewise(_logic_fn(ins.opcode, t), 2)

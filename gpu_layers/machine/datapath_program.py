@@ -249,7 +249,7 @@ class _Decoder:
                 return self.fold("por", PRED_WIDTH, x, x, None)
             self.dest(d, w, signed)
             return self.fold("mov_a", self.width(w), self.src(s, w, "mov_a"), SRC_NONE, None)
-        if kind in ("mstep", "dstep", "mquad"):      # the machine's multiply and divide steps
+        if kind in ("mstep", "dstep", "mquad", "mtrip"):     # the machine's multiply and divide steps
             self.dest(ops[0], w, False)
             return self.fold(kind, self.width(w), self.src(ops[1], w, kind), self.src(ops[2], w, kind), None)
         if kind == "clz":                            # a count < 2^7: whole in the .b32 destination

@@ -48,7 +48,7 @@ from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
-    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "mquad", "setp", "selp",
+    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "mquad", "mtrip", "setp", "selp",
     "mov", "cvt", "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
     "bra", "exit", "nop"})
 FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
@@ -505,10 +505,9 @@ QUAD_XBITS = 30     # x < 2^30: 3x < 2^32 fits mquad's high half whole
 
 
 def pack3(em, x) -> str:
-    """mquad's multiplicand word (3x mod 2^32) << 32 | x, for a 64-bit register x < 2^32."""
-    t = _op(em, 64, "shl", x, 1)
-    t = _op(em, 64, "add", t, x, "u64")
-    return _op(em, 64, "or", _op(em, 64, "shl", t, 32), x)
+    """mquad's multiplicand word (3x mod 2^32) << 32 | x, for a 64-bit register x < 2^32: one
+    machine step (`mtrip x, x`: (2x + x) mod 2^32 into the high half, x's low half kept)."""
+    return _op(em, 64, "mtrip", x, x)
 
 
 def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL, low32=False, packed=None) -> str:
@@ -540,16 +539,24 @@ def _mul_steps(em, x, xbits, y, wy, bits=None, unroll=STEP_UNROLL, low32=False, 
         bits += bits & 1
         assert xbits + bits <= 64 and (low32 or xbits <= QUAD_XBITS)
         b = packed if packed is not None else pack3(em, x)
-        r = _ext(em, wy, y, False, 64)
-        em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
+        r = _top(em, wy, y, bits)
         n = bits // 2
         u = max(d for d in range(1, unroll + 1) if n % d == 0)
         machine_steps(em, n, u, lambda: em.emit(f"mquad.b64 {r}, {r}, {b}"))
         return r
     assert bits % unroll == 0
+    r = _top(em, wy, y, bits)
+    machine_steps(em, bits, unroll, lambda: em.emit(f"mstep.b64 {r}, {r}, {x}"))
+    return r
+
+
+def _top(em, wy, y, bits) -> str:
+    """A fresh 64-bit register holding y << (64 - bits) (a wy-bit y < 2^bits): one shift where y
+    is already a 64-bit register."""
+    if wy == 64 and not y.lstrip("-").isdigit():
+        return _op(em, 64, "shl", y, 64 - bits)
     r = _ext(em, wy, y, False, 64)
     em.emit(f"shl.b64 {r}, {r}, {64 - bits}")
-    machine_steps(em, bits, unroll, lambda: em.emit(f"mstep.b64 {r}, {r}, {x}"))
     return r
 
 

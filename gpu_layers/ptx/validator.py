@@ -109,6 +109,7 @@ def _build():
         _add(f"mstep.{t}", "mstep", "d,s,s")
         _add(f"dstep.{t}", "dstep", "d,s,s")
     _add("mquad.b64", "mquad", "d,s,s")
+    _add("mtrip.b64", "mtrip", "d,s,s")
     _add("prmt.b32", "prmt", "d,s,s,s")
     _add("lop3.b32", "lop3", "d,s,s,s,s")
     for op in ("add", "sub"):
@@ -289,7 +290,8 @@ _REASONS = {
 #   mstep.bW d, a, b    d = 2a + (a's bit W-1 ? b : 0)           one step of a multiply
 #   dstep.bW d, a, b    t = 2a; d = t >= b ? t - b : t (unsigned)  one step of a restoring division
 #   mquad.b64 d, a, b   d = 4a + (0, L, 2L, H)[a >> 62]           two multiply bits (L, H: b's halves)
-MACHINE_ONLY = frozenset(n for n, f in SUPPORTED.items() if f.kind in ("mstep", "dstep", "mquad"))
+#   mtrip.b64 d, a, b   d = ((2a + b) mod 2^32) << 32 | (a mod 2^32)  mquad's b from x (a = b = x)
+MACHINE_ONLY = frozenset(n for n, f in SUPPORTED.items() if f.kind in ("mstep", "dstep", "mquad", "mtrip"))
 
 
 def instruction_problem(ins) -> str | None:

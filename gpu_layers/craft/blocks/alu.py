@@ -41,6 +41,8 @@ u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definiti
                   two multiplier bits a step, with b = (3x mod 2^32) << 32 | x (machine code
                   only: the lowering uses width 64; narrower, a's top bits are 0 and r = 4a;
                   docs/machine.md §23)
+  mtrip           r = ((2a + b) mod 2^32) << 32 | (a mod 2^32): mquad's b from x in one step
+                  (mtrip x, x; machine code only)
 
 Construction (all steps are threshold steps of `circuit.Step`; every unit's last steps are gated by
 `op` and the width mask, so the result mux costs no stage; a step may write many dims at once)
@@ -71,7 +73,8 @@ generate/propagate (gpd, gpm: a's bits read one place up), stage 2 their chunk c
 compare ge, stage 3 routes 2a into y when dstep's t < b (`dge` = dstep and ge enables the sum).
 mquad's first operand is 4a (aa, stage 2) and its second vq, the multiple of x that a's top two
 bits pick (stage 1, from b's halves; `bz` cancels b itself in b'): stage 1 adds the chunk
-generate/propagate of each case (gpq), stage 2 their carries.
+generate/propagate of each case (gpq), stage 2 their carries. mtrip adds 2a + b on the same
+adder (chunks 0-3 only) and writes its low 32 sum bits to r's high half, a's low half through y.
 
 Thresholds with sums of up to 2^8 (chunk carries, compares) make stages 1-3 exact in fp32 only
 (`Compiled.bf16_unsafe()` names them); the shifter alone would be bf16-safe.
@@ -87,7 +90,7 @@ ALU_OPS = ("mov_a", "add", "sub", "and", "or", "xor", "not_a", "shl", "shr_u", "
            "setp_eq", "setp_ne", "setp_lt_u", "setp_lt_s", "setp_le_u", "setp_le_s",
            "setp_gt_u", "setp_gt_s", "setp_ge_u", "setp_ge_s",
            "pand", "por", "pxor", "pnot", "zext", "sext8", "sext16", "sext32",
-           "zext8", "zext16", "zext32", "clz", "mstep", "dstep", "mquad")
+           "zext8", "zext16", "zext32", "clz", "mstep", "dstep", "mquad", "mtrip")
 ALU_WIDTHS = (16, 32, 64)
 N = 64
 CHUNK = 8
@@ -104,6 +107,7 @@ SELB = ("selp", "min_u", "min_s", "max_u", "max_s")
 SIGNED = ("min_s", "max_s", "setp_lt_s", "setp_le_s", "setp_gt_s", "setp_ge_s")
 STEPS = ("mstep", "dstep")
 QUAD = ("mquad",)                   # 4a + a multiple of b: the adder's first operand is 4a
+TRIP = ("mtrip",)                   # 2a + b into the high half, a's low half kept
 SEXT = {"sext8": 8, "sext16": 16, "sext32": 32}
 ZEXT = {"zext8": 8, "zext16": 16, "zext32": 32}
 
@@ -174,6 +178,8 @@ def alu_ref(op, width, a: int, b: int, p: int) -> tuple[int, int]:
     elif op == "mquad":
         lo, hi = y & 0xFFFFFFFF, y >> 32
         r = (x << 2) + (0, lo, 2 * lo, hi)[x >> 62]
+    elif op == "mtrip":
+        r = ((((x << 1) + y) & 0xFFFFFFFF) << 32) | (x & 0xFFFFFFFF)
     else:
         raise AssertionError(op)
     return r & M, 0
@@ -353,6 +359,10 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s = lsum(float(1 << j) * Q(CHUNK * d + j) for j in range(CHUNK))     # 4a alone: no generate
         for gates in ([case(k) for k in range(4) if k not in live] if live else [[O("mquad")]]):
             s1.step(s - (full - 1.5), 0.5, [(gpq, 2 * d + 1, 1.0)], gates)
+    for d in range(4):              # mtrip: 2a + b, the low 32 bits only
+        s = lsum(float(1 << j) * (T(CHUNK * d + j) + B(CHUNK * d + j)) for j in range(CHUNK))
+        s1.step(s - (full - 0.5), 0.5, [(gpm, 2 * d, 1.0)], [O(*TRIP)])
+        s1.step(s - (full - 1.5), 0.5, [(gpm, 2 * d + 1, 1.0)], [O(*TRIP)])
     for k in (1, 2, 3):
         for i in range(33):
             if V(k, i).coef:
@@ -378,9 +388,9 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     aa = s2.field(new("aa", "bits", N))
     nb = s2.field(new("nb", "bits", N))
     for i in range(N):              # the adder's first operand: a, 2a for the step ops, 4a for mquad
-        s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS, *QUAD)])
+        s2.step(A(i) - 0.5, 0.5, [(aa, i, 1.0)], [1.0 - O(*STEPS, *QUAD, *TRIP)])
         if i:
-            s2.step(T(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS)])
+            s2.step(T(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*STEPS, *TRIP)])
         if i >= 2:
             s2.step(Q(i) - 0.5, 0.5, [(aa, i, 1.0)], [O(*QUAD)])
         s2.step(B(i) - 0.5, 0.5, [(nb, i, 1.0)], [O(*QUAD)])      # mquad: b' is vq alone
@@ -408,7 +418,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s2.step(lex(gpa, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("add")])
         s2.step(lex(gps, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("sub")])
         s2.step(lex(gpd, cc, 1.0), 1.0, [(carry, cc - 1, 1.0)], [O("dstep")])
-        s2.step(lex(gpm, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("mstep")])
+        s2.step(lex(gpm, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O("mstep", *TRIP)])
         s2.step(lex(gpq, cc, 0.0), 1.0, [(carry, cc - 1, 1.0)], [O(*QUAD)])
     for w in ALU_WIDTHS:            # dstep: 2a >= b at width w (a carry out of chunk w/8 - 1)
         s2.step(lex(gpd, w // CHUNK, 1.0), 1.0, [(ge, 0, 1.0)], [O("dstep"), W(w)])
@@ -429,7 +439,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     s2.step(a0 + b0 - 0.5, 0.5, [(q, 0, 1.0)], [O("pxor")])
     s2.step(a0 + b0 - 1.5, 0.5, [(q, 0, -1.0)], [O("pxor")])
     s2.step(0.5 - a0, 0.5, [(q, 0, 1.0)], [O("pnot")])
-    s2.step(O(*MOVES) - 0.5, 0.5, [(pa, 0, 1.0)])
+    s2.step(O(*MOVES, *TRIP) - 0.5, 0.5, [(pa, 0, 1.0)])
     s2.step(p.bit(0) - 0.5, 0.5, [(pa, 0, 1.0)], [O("selp")])
     s2.step(-L_u, 1.0, [(pa, 0, 1.0)], [O("min_u")])
     s2.step(L_u, 1.0, [(pa, 0, 1.0)], [O("max_u")])
@@ -453,7 +463,8 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             s3.step(sgn.bit(0) - 0.5, 0.5, [(y, j, 1.0) for j in range(4 * v)], [dmid.hot(v), O("shr_s")])
     s3.step(sgn.bit(0) - 0.5, 0.5, [(y, j, 1.0) for j in range(N)], [big.bit(0), O("shr_s")])
     for i in range(N):              # select unit: pa ? a : b
-        sela = O("mov_a", "zext", *SELB, *[o for o, s in (*SEXT.items(), *ZEXT.items()) if i < s])
+        sela = O("mov_a", "zext", *SELB,
+                 *[o for o, s in (*SEXT.items(), *ZEXT.items(), ("mtrip", 32)) if i < s])
         s3.step(A(i) - 0.5, 0.5, [(y, i, 1.0)], [sela, pa.bit(0)])
         s3.step(B(i) - 0.5, 0.5, [(y, i, 1.0)], [O(*SELB), 1.0 - pa.bit(0)])
     for o, s in SEXT.items():       # sext: bits s.. are a's bit s-1 (masked to w in stage 4)
@@ -470,7 +481,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
             lo = CHUNK * ch
             Lp = lsum(float(1 << j) * (aa.bit(lo + j) + bp(lo + j)) for j in range(pp))
             s3.step(Lp + chunk_carry(ch) - (float(1 << pp) - 0.5), 0.5,
-                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH, *STEPS, *QUAD)])
+                    [(cbit, ch * (CHUNK - 1) + pp - 1, 1.0)], [O(*ARITH, *STEPS, *QUAD, *TRIP)])
     st3 = s3.build()
 
     def cin_bit(i) -> Lin:          # carry into bit i (add/sub only)
@@ -480,7 +491,7 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
     # ---- stage 4 -------------------------------------------------------------------------
     s4 = _Stage(c, f"{name}_s4")
     r = s4.field(out_field(c, f"{name}_r", enc, N))
-    normal = O("shl", "clz", "dstep", *MOVES, *SELB)
+    normal = O("shl", "clz", "dstep", *MOVES, *SELB, *TRIP)
     summed = dge.bit(0) + O("mstep", *QUAD)        # the step ops whose result is the adder's
     for i in range(N):
         s4.step(y.bit(i) - 0.5, 0.5, [(r, i, 1.0)], [normal, allow(i)])
@@ -490,6 +501,10 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         s4.step(S - 1.5, 0.5, [(r, i, -1.0)], [O("xor", *ARITH) + summed, allow(i)])
         s4.step(S - 2.5, 0.5, [(r, i, 1.0)], [O(*ARITH) + summed, allow(i)])
         s4.step(0.5 - A(i), 0.5, [(r, i, 1.0)], [O("not_a"), allow(i)])
+        if i < 32:                  # mtrip: sum bit i into bit i + 32
+            s4.step(S - 0.5, 0.5, [(r, i + 32, 1.0)], [O(*TRIP), allow(i + 32)])
+            s4.step(S - 1.5, 0.5, [(r, i + 32, -1.0)], [O(*TRIP), allow(i + 32)])
+            s4.step(S - 2.5, 0.5, [(r, i + 32, 1.0)], [O(*TRIP), allow(i + 32)])
     st4 = s4.build()
 
     def ref(v):
