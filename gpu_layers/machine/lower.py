@@ -9,9 +9,12 @@ name (`machine_problems`), never run wrongly.
 Expansions keep the interpreter's semantics exactly, poison included:
   * a guarded instruction computes into fresh temporaries unguarded, then one guarded move writes
     its destination, so threads whose guard is false change nothing;
-  * no expansion branches on data: bits are combined with selp (poison in an operand stays
-    poison in the result, never becomes an observable branch), and the loops of the
-    multiply and divide sequences run a fixed number of iterations on a fresh counter;
+  * no expansion branches on data that may be undefined: bits are combined with selp (poison in
+    an operand stays poison in the result, never becomes an observable branch), and the loops of
+    the multiply and divide sequences run a fixed number of iterations on a fresh counter; only
+    values proven defined (definedness.defined) are branched on: a 64-bit division on its
+    divisor's size, a division skipping its leading steps (_dsteps), the float routines' fast
+    entries;
   * integer division by zero and signed MIN / -1 select `%mq_undef`, a register nothing writes
     (the interpreter's poison), exactly where the original gives an undefined value;
   * every machine instruction has at most one immediate source operand (the datapath's one
@@ -565,11 +568,17 @@ def machine_steps(em, n, unroll, step):
     runs often (a float routine, or a source instruction inside a loop: written out once, the
     counter's steps saved at every run), else in a counted loop of unroll steps an iteration (n a
     multiple of unroll)."""
-    if em.straight and (em.index is None or em.index in em.looped):
+    if _written_out(em):
         for _ in range(n):
             step()
         return
     _counted_loop(em, n // unroll, lambda: [step() for _ in range(unroll)])
+
+
+def _written_out(em) -> bool:
+    """Whether machine steps at this point are written out (straight_steps, and the code runs
+    often: a float routine, or a source instruction inside a loop)."""
+    return em.straight and (em.index is None or em.index in em.looped)
 
 
 def _dsteps(em, rx, bm, skip=False):
@@ -587,7 +596,7 @@ def _dsteps(em, rx, bm, skip=False):
         machine_steps(em, 32, STEP_UNROLL, step)
         return
     full, s16, s24, at16, at24, done = (em.label() for _ in range(6))
-    straight = em.straight and (em.index is None or em.index in em.looped)
+    straight = _written_out(em)
     cnt = None if straight else em.tmp(32)
     t16 = _op(em, 64, "shl", rx, 16)
     em.emit(f"@!{_setp(em, 'le', 'u64', t16, bm)} bra {full}")
