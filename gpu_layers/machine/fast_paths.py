@@ -1,4 +1,4 @@
-"""Fast entries of the float routines: add, mul and fma (binary32 and binary64) and binary32
+"""Fast entries of the float routines: add, mul, fma and sqrt (binary32 and binary64) and binary32
 division, rounding to nearest or by the mode register, for operands the lowering proved defined
 (gpu_layers/machine/definedness.py).
 
@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from functools import partial
 
-from .softfloat import F32, _B, _words
+from .softfloat import F32, _B, _isqrt, _words
 
 
 def entries(r) -> list:
-    """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul, fma
-    and (binary32) div, each rounding to nearest or by the mode register (the directed modes)."""
-    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma), ("fma", emit_fma, r.fma)]
+    """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul, fma,
+    sqrt and (binary32) div, each rounding to nearest or by the mode register (the directed
+    modes)."""
+    ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma), ("fma", emit_fma, r.fma),
+           ("sqrt", emit_sqrt, r.sqrt)]
     if r.F is F32:
         ops += [("div", emit_div, r.div)]
     return [(r.fast[name, directed], partial(emit, directed=directed), general)
@@ -38,12 +40,12 @@ def entries(r) -> list:
 
 def labels(em) -> dict:
     """(op, directed) -> a fresh label, for one routine's fast entries."""
-    return {(op, d): em.label() for op in ("add", "mul", "fma", "div") for d in (False, True)}
+    return {(op, d): em.label() for op in ("add", "mul", "fma", "div", "sqrt") for d in (False, True)}
 
 
 def eligible(em, entry, ops, F) -> bool:
-    """Whether a site may call a fast entry for `entry` ("add", "mul", "fma", "div"): every
-    operand proven defined (a branch on an undefined value would raise)."""
+    """Whether a site may call a fast entry for `entry` ("add", "mul", "fma", "div", "sqrt"):
+    every operand proven defined (a branch on an undefined value would raise)."""
     allowed = em.fast_floats is True or (em.fast_floats and entry in em.fast_floats)
     return allowed and (entry != "div" or F is F32) and all(em.is_defined(o) for o in ops)
 
@@ -279,3 +281,30 @@ def emit_div(B: _B, r, general, back, directed=False):
     ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
           B.setp("lt", "u32", mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)
+
+
+def emit_sqrt(B: _B, r, general, back, directed=False):
+    """sqrt(a) for a positive normal a (one compare: a - hidden < inf - hidden fails for the sign
+    bit too; zeros, subnormals, infinities, NaNs and negatives take the general entry): a = m 2^E
+    with E even (m doubled where it was odd), root and remainder of m 2^shift by the general
+    entry's digit-by-digit loop (softfloat._isqrt, the same steps and shift), the remainder's
+    sticky bit jammed below the root, normalized and rounded. The result is always normal. R =
+    2 root + sticky has its leading one at 63 - n after the shift, and sqrt(a) = R 2^((E - shift)
+    / 2 - 1), so the biased exponent - 1 is 61 - n + (E - shift) / 2 + bias."""
+    F = r.F
+    w = F.w
+    mag = B.and_(w, r.a, F.mag)
+    E = B.sub(32, _exp32(B, mag, F), F.bias + F.mbits)
+    odd = B.and_(32, E, 1)
+    m = B.shl(w, _sig(B, mag, F), odd)
+    steps = F.mbits + 4
+    shift = (2 * steps - (F.mbits + 2)) & ~1
+    root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
+    R = B.or_(64, B.shl(64, root, 1), B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0)))
+    n = B.clz(64, R)
+    sig, up = _round(B, B.shl(64, R, n), 64, r, r.a, directed)
+    half = B.em.tmp(32)                      # (E - odd - shift) / 2, E - odd even (signed)
+    B.em.emit(f"shr.s32 {half}, {B.sub(32, B.sub(32, E, odd), shift)}, 1")
+    e1 = B.add(32, B.sub(32, half, n), 61 + F.bias)
+    mag_out = _pack(B, F, e1, sig, up, 64)
+    _finish(B, r, [_normal(B, r.a, F)], r.a, mag_out, general, back)

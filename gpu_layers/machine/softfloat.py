@@ -513,9 +513,9 @@ def _call(em, entry, a, b, c, mode, F=F32) -> str:
 
 
 def _entry(em, name, mode, ops, F):
-    """The entry a site calls for `name` ("add", "mul", "fma", "div"): a fast one, (name, directed),
-    where the site may (fast_paths.eligible), else the general one (mul is the FMA entry with
-    c = -0)."""
+    """The entry a site calls for `name` ("add", "mul", "fma", "div", "sqrt"): a fast one, (name,
+    directed), where the site may (fast_paths.eligible), else the general one (mul is the FMA
+    entry with c = -0)."""
     if fast_paths.eligible(em, name, ops, F):
         return name, mode != "rn"
     return "fma" if name == "mul" else name
@@ -951,7 +951,7 @@ def x_funary(em, ins):
     a = _val(ins.operands[1])
     mode = _rmode(ins)
     if ins.opcode == "sqrt":
-        out = _call(em, "sqrt", a, None, _zero(mode, F), mode, F)
+        out = _call(em, _entry(em, "sqrt", mode, [a], F), a, None, _zero(mode, F), mode, F)
     else:
         out = _call(em, _entry(em, "div", mode, [a], F), F.one, a, _zero(mode, F), mode, F)
     _write(em, ins, out, _B(em).taint([a], F.w), F.w, F.w)
