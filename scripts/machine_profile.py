@@ -63,8 +63,8 @@ def suite_shares(ops: bool, kinds: bool) -> tuple[Counter, int]:
         n += 1
         for key, v in out.items():
             if not (ops or kinds):            # a source line: its opcode (the guard dropped)
-                text = src.get(key, "(no source line)")
-                key = text.split()[1] if text.startswith("@") else text.split()[0]
+                text = src.get(key)
+                key = "(no source line)" if text is None else text.split()[1 if text.startswith("@") else 0]
             total[key] += v / ti
     return Counter({k: v / n for k, v in total.items()}), n
 

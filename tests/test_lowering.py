@@ -273,6 +273,17 @@ def test_a_selp_of_two_constants_lowers_to_a_move_and_a_selp():
 _EDGES32 = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x10000, 0xFFFF, 12345, 0x9E3779B9]
 
 
+def _pair_head(b_offset=256) -> list:
+    """The start of a kernel(out, ina) over operand pairs: thread t's a in %rd44 (ina[t]), its b in
+    %rd46 (b_offset bytes further), the address of out[t] in %rd48."""
+    return ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
+            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
+            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
+            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
+            f"\tadd.s64 \t%rd45, %rd43, {b_offset};", "\tld.global.u64 \t%rd46, [%rd45];",
+            "\tadd.s64 \t%rd48, %rd40, %rd42;"]
+
+
 @pytest.mark.parametrize("ty", ["u16", "s16", "u32", "s32", "u64", "s64"])
 def test_multiplies_of_every_form_match_the_interpreter(ty):
     """mul and mad .lo / .hi / .wide on edge and random operands (the loop over the multiplier's
@@ -285,12 +296,7 @@ def test_multiplies_of_every_form_match_the_interpreter(ty):
     a = np.array(vals[:n], dtype=np.uint64)
     b = np.array((vals[n // 2:] + vals)[:n][::-1], dtype=np.uint64)
     r, rd = {16: "%rs", 32: "%r", 64: "%rd"}[w], {16: "%r", 32: "%rd", 64: None}[w]
-    body = ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
-            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
-            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
-            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
-            "\tadd.s64 \t%rd45, %rd43, 256;", "\tld.global.u64 \t%rd46, [%rd45];",
-            "\tmul.wide.u32 \t%rd47, %r100, 8;", "\tadd.s64 \t%rd48, %rd40, %rd47;"]
+    body = _pair_head()
     if w == 64:
         body += ["\tmov.b64 \t%rd1, %rd44;", "\tmov.b64 \t%rd2, %rd46;"]
     else:
@@ -341,12 +347,7 @@ def test_divisions_of_every_width_match_the_interpreter(ty):
     if ty[0] == "s":
         b = [2 if (x == 1 << (w - 1) and y == M) else y for x, y in zip(a, b)]
     r = {16: "%rs", 32: "%r", 64: "%rd"}[w]
-    body = ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
-            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
-            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
-            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
-            "\tadd.s64 \t%rd45, %rd43, 256;", "\tld.global.u64 \t%rd46, [%rd45];",
-            "\tadd.s64 \t%rd48, %rd40, %rd42;"]
+    body = _pair_head()
     if w == 64:
         body += ["\tmov.b64 \t%rd1, %rd44;", "\tmov.b64 \t%rd2, %rd46;"]
     else:
@@ -382,13 +383,8 @@ def test_divisions_skip_the_steps_that_cannot_subtract(straight, monkeypatch):
             b.append(int(rng.integers(1, 1 << lb)) | (1 << lb >> 1))
     a, b = [x for x in a for _ in range(4)], [y for y in b for _ in range(4)]     # a pair per group
     n = len(a)
-    body = ["\tld.param.u64 \t%rd40, [out];", "\tcvta.to.global.u64 \t%rd40, %rd40;",
-            "\tld.param.u64 \t%rd41, [ina];", "\tcvta.to.global.u64 \t%rd41, %rd41;",
-            "\tmov.u32 \t%r100, %tid.x;", "\tmul.wide.u32 \t%rd42, %r100, 8;",
-            "\tadd.s64 \t%rd43, %rd41, %rd42;", "\tld.global.u64 \t%rd44, [%rd43];",
-            f"\tadd.s64 \t%rd45, %rd43, {8 * n};", "\tld.global.u64 \t%rd46, [%rd45];",
-            "\tadd.s64 \t%rd48, %rd40, %rd42;", "\tcvt.u32.u64 \t%r1, %rd44;", "\tcvt.u32.u64 \t%r2, %rd46;",
-            "\tshl.b64 \t%rd1, %rd44, 29;", "\tmov.u32 \t%r90, 0;", "$L_top:"]
+    body = _pair_head(8 * n) + ["\tcvt.u32.u64 \t%r1, %rd44;", "\tcvt.u32.u64 \t%r2, %rd46;",
+                                "\tshl.b64 \t%rd1, %rd44, 29;", "\tmov.u32 \t%r90, 0;", "$L_top:"]
     forms = ["div.u32 \t%r3, %r1, %r2", "rem.u32 \t%r3, %r1, %r2", "div.s32 \t%r3, %r1, %r2",
              "div.u64 \t%rd3, %rd1, %rd46", "rem.u64 \t%rd3, %rd1, %rd46"]
     for k, f in enumerate(forms):

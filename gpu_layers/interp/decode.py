@@ -34,7 +34,7 @@ from gpu_layers.errors import ExecutionError, UninitializedRead, UnsupportedPTX
 from gpu_layers.interp import fp, fp64
 from gpu_layers.interp.memory import GLOBAL_BASE, LOCAL_WINDOW, M64, SHARED_WINDOW, WINDOW_SIZE
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, FImm, Imm, Pair, Reg, Sink, Sym, Vec
-from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
+from gpu_layers.ptx.validator import MACHINE_STEPS, SPECIAL_REGS, SUPPORTED
 
 
 # Form kinds whose inputs are observable: poison in any read register is an error (addresses,
@@ -106,8 +106,9 @@ class Expr:
 
 
 def _step_fn(kind, w):
-    """The machine's multiply step (2a + (a's bit w-1 ? b : 0)) or restoring-division step
-    (t = 2a; t >= b ? t - b : t), on w-bit patterns (gpu_layers/craft/blocks/alu.py)."""
+    """The machine's multiply step (2a + (a's bit w-1 ? b : 0)), two-bit multiply step and its
+    operand packer (mquad, mtrip: 64 bits), or restoring-division step (t = 2a; t >= b ? t - b :
+    t), on w-bit patterns (gpu_layers/craft/blocks/alu.py)."""
     M = mask(w)
     if kind == "mstep":
         return lambda a, b: ((a << 1) + (b if a >> (w - 1) else 0)) & M
@@ -661,7 +662,7 @@ class Program:
                             sbits=[w, w, 2 * w if wide else w])
         if k in ("imul24", "imad24"):
             return lanewise(_int_fn(k, mods, t), 2 if k == "imul24" else 3)
-        if k in ("mstep", "dstep", "mquad", "mtrip"):    # machine code only (validator.MACHINE_ONLY)
+        if k in MACHINE_STEPS:                   # machine code only (ptx.validator.MACHINE_ONLY)
             return lanewise(_step_fn(k, w), 2)
         if k == "logic":
             dec = lanewise(_logic_fn(ins.opcode, t), 2)

@@ -63,7 +63,7 @@ from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, MOVES, PRED_OPS, SH
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.interp.memory import LOCAL_WINDOW, SHARED_WINDOW
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, FImm, Imm, Pair, Reg, Sym, Vec
-from gpu_layers.ptx.validator import SPECIAL_REGS, SUPPORTED
+from gpu_layers.ptx.validator import MACHINE_STEPS, SPECIAL_REGS, SUPPORTED
 
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35   # operand codes; 0..31 = register slot
 REGS = 32
@@ -249,7 +249,7 @@ class _Decoder:
                 return self.fold("por", PRED_WIDTH, x, x, None)
             self.dest(d, w, signed)
             return self.fold("mov_a", self.width(w), self.src(s, w, "mov_a"), SRC_NONE, None)
-        if kind in ("mstep", "dstep", "mquad", "mtrip"):     # the machine's multiply and divide steps
+        if kind in MACHINE_STEPS:                    # the machine's multiply and divide steps
             self.dest(ops[0], w, False)
             return self.fold(kind, self.width(w), self.src(ops[1], w, kind), self.src(ops[2], w, kind), None)
         if kind == "clz":                            # a count < 2^7: whole in the .b32 destination

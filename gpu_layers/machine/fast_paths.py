@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from .softfloat import F32, _B, _isqrt, _words
+from .softfloat import F32, _B, _isqrt, _root_scale, _words
 
 
 def entries(r) -> list:
@@ -143,13 +143,9 @@ def _product(B: _B, sa, sb, F):
     """The exact product of two significands as a list of 64-bit registers, high first
     (binary32: one word; binary64: two)."""
     em = B.em
-    if F is F32:                            # 24 x 24 bits: 12 two-bit steps in one register
-        from .lower import pack3            # (lower imports this module)
-        x = pack3(em, B.cvt(64, 32, sa))
-        R = B.shl(64, B.cvt(64, 32, sb), 40)
-        for _ in range(12):
-            em.emit(f"mquad.b64 {R}, {R}, {x}")
-        return [R]
+    if F is F32:                            # 24 x 24 bits: the general entry's product
+        from .lower import _mul_steps       # (lower imports this module)
+        return [_mul_steps(em, B.cvt(64, 32, sa), F.mbits + 1, sb, 32, bits=F.mbits + 1)]
     # 53 x 53 bits: b's significand in chunks of 9 + 4 x 11 bits from the top, each chunk's
     # product (< 2^64) by multiply steps, accumulated as acc = acc * 2^11 + product
     hi = lo = None
@@ -286,25 +282,21 @@ def emit_div(B: _B, r, general, back, directed=False):
 def emit_sqrt(B: _B, r, general, back, directed=False):
     """sqrt(a) for a positive normal a (one compare: a - hidden < inf - hidden fails for the sign
     bit too; zeros, subnormals, infinities, NaNs and negatives take the general entry): a = m 2^E
-    with E even (m doubled where it was odd), root and remainder of m 2^shift by the general
-    entry's digit-by-digit loop (softfloat._isqrt, the same steps and shift), the remainder's
+    with E even (softfloat._root_scale, as the general entry), root and remainder of m 2^shift by
+    the general entry's digit-by-digit loop (softfloat._isqrt), the remainder's
     sticky bit jammed below the root, normalized and rounded. The result is always normal. R =
     2 root + sticky has its leading one at 63 - n after the shift, and sqrt(a) = R 2^((E - shift)
     / 2 - 1), so the biased exponent - 1 is 61 - n + (E - shift) / 2 + bias."""
     F = r.F
     w = F.w
     mag = B.and_(w, r.a, F.mag)
-    E = B.sub(32, _exp32(B, mag, F), F.bias + F.mbits)
-    odd = B.and_(32, E, 1)
-    m = B.shl(w, _sig(B, mag, F), odd)
-    steps = F.mbits + 4
-    shift = (2 * steps - (F.mbits + 2)) & ~1
+    m, E, steps, shift = _root_scale(B, _sig(B, mag, F), B.sub(32, _exp32(B, mag, F), F.bias + F.mbits), F)
     root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
     R = B.or_(64, B.shl(64, root, 1), B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0)))
     n = B.clz(64, R)
     sig, up = _round(B, B.shl(64, R, n), 64, r, r.a, directed)
-    half = B.em.tmp(32)                      # (E - odd - shift) / 2, E - odd even (signed)
-    B.em.emit(f"shr.s32 {half}, {B.sub(32, B.sub(32, E, odd), shift)}, 1")
+    half = B.em.tmp(32)                      # (E - shift) / 2, E even (signed)
+    B.em.emit(f"shr.s32 {half}, {B.sub(32, E, shift)}, 1")
     e1 = B.add(32, B.sub(32, half, n), 61 + F.bias)
     mag_out = _pack(B, F, e1, sig, up, 64)
     _finish(B, r, [_normal(B, r.a, F)], r.a, mag_out, general, back)

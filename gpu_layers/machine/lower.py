@@ -43,7 +43,7 @@ from functools import partial
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, Vec, in_own_module
 from gpu_layers.ptx.parser import parse_instruction
-from gpu_layers.ptx.validator import SUPPORTED, validate
+from gpu_layers.ptx.validator import MACHINE_STEPS, SUPPORTED, validate
 
 from . import softfloat, warp_exchange, word_memory
 from .definedness import defined
@@ -51,7 +51,7 @@ from .liveness import liveness
 
 # Form kinds executed in one machine step (with the type restrictions of `_is_machine_form`).
 MACHINE_KINDS = frozenset({
-    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", "mstep", "dstep", "mquad", "mtrip", "setp", "selp",
+    "iadd", "isub", "imin", "imax", "logic", "not", "shl", "shr", "clz", *MACHINE_STEPS, "setp", "selp",
     "mov", "cvt", "cvta", "ld", "st", "atom", "red", "shfl", "vote", "match", "activemask", "warpsync", "bar",
     "bra", "exit", "nop"})
 FLOAT_TYPES = ("f16", "f32", "f64", "bf16")
@@ -894,8 +894,10 @@ def _x_divrem(em, ins):
     is_rem = SUPPORTED[ins.name].kind == "irem"
     # a 64-bit division may branch on the divisor's size where the divisor is defined (an
     # undefined dividend only makes both paths' results undefined, as the original's)
-    defined = em.is_defined(b) or b.lstrip("-").isdigit()
-    both = defined and (em.is_defined(a) or a.lstrip("-").isdigit())     # may skip steps (_dsteps)
+    def proven(x):                       # defined in every thread: a constant, or proven so
+        return em.is_defined(x) or x.lstrip("-").isdigit()
+    defined = proven(b)
+    both = defined and proven(a)         # may skip the leading divide steps (_dsteps)
     divide = partial(_udivrem_branching if w == 64 and defined else _udivrem, skip=both)
     a, b = _copy(em, w, a), _copy(em, w, b)
     bad = _setp(em, "eq", f"b{w}", b, 0)

@@ -701,12 +701,7 @@ def _emit_root(B, Wd, r, f):
     em.emit(f"setp.eq.u{w} {f.pinf}, {mag}, {F.inf}")
     _nan_value(B, f, F, [r.a])
     m, be = _normalized(B, sig, e, F)
-    E = B.sub(32, be, F.low)                # a = m * 2^E; make E even
-    odd = B.and_(32, E, 1)
-    m = B.shl(w, m, odd)
-    E = B.sub(32, E, odd)
-    steps = F.mbits + 4
-    shift = (2 * steps - (F.mbits + 2)) & ~1      # m * 2^shift < 4^steps, an even shift
+    m, E, steps, shift = _root_scale(B, m, B.sub(32, be, F.low), F)     # a = m * 2^E, E even
     # sqrt(a) = sqrt(m * 2^shift) * 2^(E/2 - shift/2)
     em.emit(f"shr.s32 {f.ep}, {E}, 1")
     em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
@@ -716,6 +711,15 @@ def _emit_root(B, Wd, r, f):
 
 
 ROOT_UNROLL = 4     # root bits a turn of the root loops (_isqrt)
+
+
+def _root_scale(B, m, E, F):
+    """(m, E, steps, shift) for the root of m * 2^E (m a normalized significand, E 32-bit): m
+    doubled and E less one where E was odd, so E is even, and _isqrt's steps and even shift (m *
+    2^shift < 4^steps: a root of mbits + 3 or mbits + 4 bits)."""
+    odd = B.and_(32, E, 1)
+    steps = F.mbits + 4
+    return B.shl(F.w, m, odd), B.sub(32, E, odd), steps, (2 * steps - (F.mbits + 2)) & ~1
 
 
 def _isqrt(B, m, shift, steps):

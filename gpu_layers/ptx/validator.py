@@ -291,7 +291,8 @@ _REASONS = {
 #   dstep.bW d, a, b    t = 2a; d = t >= b ? t - b : t (unsigned)  one step of a restoring division
 #   mquad.b64 d, a, b   d = 4a + (0, L, 2L, H)[a >> 62]           two multiply bits (L, H: b's halves)
 #   mtrip.b64 d, a, b   d = ((2a + b) mod 2^32) << 32 | (a mod 2^32)  mquad's b from x (a = b = x)
-MACHINE_ONLY = frozenset(n for n, f in SUPPORTED.items() if f.kind in ("mstep", "dstep", "mquad", "mtrip"))
+MACHINE_STEPS = ("mstep", "dstep", "mquad", "mtrip")      # their form kinds
+MACHINE_ONLY = frozenset(n for n, f in SUPPORTED.items() if f.kind in MACHINE_STEPS)
 
 
 def instruction_problem(ins) -> str | None:

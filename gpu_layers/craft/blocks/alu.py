@@ -72,7 +72,7 @@ ops), its second b, ~b (dstep) or b masked by a's top bit (mstep: b - nb); stage
 generate/propagate (gpd, gpm: a's bits read one place up), stage 2 their chunk carries and dstep's
 compare ge, stage 3 routes 2a into y when dstep's t < b (`dge` = dstep and ge enables the sum).
 mquad's first operand is 4a (aa, stage 2) and its second vq, the multiple of x that a's top two
-bits pick (stage 1, from b's halves; `bz` cancels b itself in b'): stage 1 adds the chunk
+bits pick (stage 1, from b's halves; `nb` cancels b itself in b'): stage 1 adds the chunk
 generate/propagate of each case (gpq), stage 2 their carries. mtrip adds 2a + b on the same
 adder (chunks 0-3 only) and writes its low 32 sum bits to r's high half, a's low half through y.
 
