@@ -198,15 +198,15 @@ def test_a_compile_error_shows_the_message_and_line(session):
 
 
 def test_the_model_backend_names_a_kernel_the_core_does_not_run(session):
-    # warp_vote_partial: __activemask(); refused by name before any core is loaded, so the run
+    # flag_chain: blocks of 128 threads; refused by name before any core is loaded, so the run
     # is the reference's alone
     s = session
-    _set_example(s, "warp_vote_partial")
+    _set_example(s, "flag_chain")
     s.page.get_by_label("Inside the model (the compiled machine core)").check()
     s.page.click("#run-button")
     s.page.wait_for_selector("#run-result [data-verdict=reference-only]")
     text = s.page.inner_text("#run-result")
-    assert "the machine core does not run this kernel: line" in text and "`activemask.b32" in text
+    assert "the machine core does not run this kernel: 128 threads per block" in text
 
 
 def _bars(page, elem_id):

@@ -341,9 +341,8 @@ def test_the_model_backend_runs_the_kernel_inside_the_model():
 
 
 def test_the_model_backend_names_what_the_core_does_not_run():
-    # warp_vote_partial: __activemask(), which the machine does not have (a warp-synchronous
-    # instruction the lowering does not turn into a sequence)
-    rep = run_prepared(prepare(example_input("warp_vote_partial"), LOCAL), LOCAL, backend="model")
-    want = "`activemask.b32 %mr2`: warp-synchronous instructions are not in the control unit"
+    # flag_chain: blocks of 128 threads (four warps), which the machine core does not have
+    rep = run_prepared(prepare(example_input("flag_chain"), LOCAL), LOCAL, backend="model")
+    want = "128 threads per block: the machine core v0 runs up to 64"
     assert rep.verdict == "reference-only" and want in rep.machine_error
     assert want in render.run_html(rep, LOCAL)

@@ -6,7 +6,7 @@ an exited lane) faults."""
 import numpy as np
 import pytest
 
-from gpu_layers.errors import ExecutionError, OutOfBounds
+from gpu_layers.errors import ExecutionError, OutOfBounds, UnsupportedPTX
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import allocate, lower
@@ -30,7 +30,7 @@ def _kernel(body):
 def _same(body, block, n_out=256, warps=1):
     k = _kernel(body)
     mk = lower(k, one_warp=True, warps=warps)
-    assert not any(i.opcode in ("shfl", "vote") for i in mk.instructions)
+    assert not any(i.opcode in ("shfl", "vote", "match", "activemask") for i in mk.instructions)
     a = launch(k, 1, block, [np.zeros(n_out, np.uint32)])
     b = launch(mk, 1, block, [np.zeros(n_out, np.uint32)])
     assert a.buffers[0].tobytes() == b.buffers[0].tobytes()
@@ -214,3 +214,192 @@ def test_a_partial_membermask_in_a_block_of_two_warps_faults():
     launch(k, 1, 48, [np.zeros(64, np.uint32)])
     with pytest.raises(OutOfBounds):
         launch(lower(k, one_warp=True, warps=2), 1, 48, [np.zeros(64, np.uint32)])
+
+
+# ------------------------------------------------------------ partial membermasks (partial_exchange)
+
+# lanes 0..7 (the first 8 of each warp) arrive one by one: lane l first runs l turns of a loop,
+# then votes / matches with the 8-lane mask; the others skip it
+STAGGER = """\tand.b32 \t%r40, %r100, 31;
+\tmov.u32 \t%r20, 0;
+\tmov.u32 \t%r21, 0;
+\tmov.u32 \t%r22, 0;
+\tsetp.ge.u32 \t%p9, %r40, 8;
+\t@%p9 bra $SKIP;
+\tmov.u32 \t%r41, 0;
+$SPIN:
+\tsetp.ge.u32 \t%p8, %r41, %r40;
+\t@%p8 bra $VOTE;
+\tadd.u32 \t%r41, %r41, 1;
+\tbra $SPIN;
+$VOTE:
+{body}$SKIP:
+\tst.global.u32 \t[%rd9], %r20;
+\tst.global.u32 \t[%rd9+256], %r21;
+\tst.global.u32 \t[%rd9+512], %r22;
+"""
+
+
+@pytest.mark.parametrize("block, warps", [(32, 1), (20, 1), (64, 2), (44, 2)])
+def test_partial_votes_wait_for_the_lanes_their_mask_names(block, warps):
+    """Every mode under an 8-lane mask whose lanes arrive at different steps (they spin until the
+    others' counts reach theirs), twice in a loop (a lane may come back before another read it)."""
+    body = """\tmov.u32 \t%r42, 0;
+$AGAIN:
+\tand.b32 \t%r2, %r1, 8;
+\tsetp.ne.u32 \t%p1, %r2, 0;
+\tvote.sync.ballot.b32 \t%r3, %p1, 255;
+\tadd.u32 \t%r20, %r20, %r3;
+\tvote.sync.any.pred \t%p2, %p1, 255;
+\tvote.sync.all.pred \t%p3, %p1, 255;
+\tvote.sync.uni.pred \t%p4, %p1, 255;
+\tselp.b32 \t%r4, 1, 0, %p2;
+\tselp.b32 \t%r5, 2, 0, %p3;
+\tselp.b32 \t%r6, 4, 0, %p4;
+\tadd.u32 \t%r21, %r21, %r4;
+\tadd.u32 \t%r21, %r21, %r5;
+\tadd.u32 \t%r21, %r21, %r6;
+\tmul.lo.u32 \t%r1, %r1, 1103515245;
+\tadd.u32 \t%r42, %r42, 1;
+\tsetp.lt.u32 \t%p5, %r42, 2;
+\t@%p5 bra $AGAIN;
+"""
+    out = _same(STAGGER.format(body=body), block, n_out=192, warps=warps)
+    assert out[0] != 0
+
+
+@pytest.mark.parametrize("width", ["b32", "b64"])
+@pytest.mark.parametrize("block, warps", [(32, 1), (64, 2)])
+def test_partial_matches_match_the_interpreter(width, block, warps):
+    """match.any and match.all (value and predicate) under an 8-lane mask with a hole (lanes
+    0..7 but 5, which exits first), values repeating across the lanes."""
+    conv = "\tcvt.u64.u32 \t%rd20, %r7;\n\tshl.b64 \t%rd20, %rd20, 33;\n" if width == "b64" else ""
+    val = "%rd20" if width == "b64" else "%r7"
+    body = f"""\tand.b32 \t%r7, %r40, 3;
+{conv}\tmatch.any.sync.{width} \t%r20, {val}, 223;
+\tmatch.all.sync.{width} \t%r21|%p1, {val}, 223;
+\tselp.b32 \t%r22, 1, 0, %p1;
+"""
+    exit5 = "\tand.b32 \t%r43, %r100, 31;\n\tsetp.eq.u32 \t%p7, %r43, 5;\n\t@%p7 ret;\n"
+    out = _same(exit5 + STAGGER.format(body=body), block, n_out=192, warps=warps)
+    assert out[0] == 0b00010001 and out[1] == 0b00000010      # lane 5 exited: 0, 4 / 1 (not 5)
+
+
+def test_partial_match_all_of_equal_values():
+    body = ("\tshr.u32 \t%r8, %r40, 3;\n\tmatch.all.sync.b32 \t%r21|%p1, %r8, 255;\n"
+            "\tselp.b32 \t%r22, 1, 0, %p1;\n")
+    out = _same(STAGGER.format(body=body), 32, n_out=192)
+    assert out[64] == 255 and out[128] == 1                   # lanes 0..7 hold 0: all equal
+
+
+def test_a_thread_outside_its_partial_mask_faults_as_the_original_raises():
+    body = "\tvote.sync.ballot.b32 \t%r20, %p9, 127;\n"     # lane 7 is not in the mask
+    k = _kernel(STAGGER.format(body=body))
+    with pytest.raises(ExecutionError):
+        launch(k, 1, 32, [np.zeros(192, np.uint32)])
+    with pytest.raises(OutOfBounds):
+        launch(lower(k, one_warp=True), 1, 32, [np.zeros(192, np.uint32)])
+
+
+@pytest.mark.parametrize("block, warps", [(32, 1), (24, 1), (64, 2), (48, 2)])
+def test_full_mask_matches_of_both_widths(block, warps):
+    body = """\tsetp.eq.u32 \t%p7, %r100, 3;
+\t@%p7 ret;
+\tand.b32 \t%r7, %r1, 0x30000000;
+\tcvt.u64.u32 \t%rd20, %r7;
+\tand.b32 \t%r8, %r100, 1;
+\tcvt.u64.u32 \t%rd21, %r8;
+\tshl.b64 \t%rd21, %rd21, 40;
+\tor.b64 \t%rd20, %rd20, %rd21;
+\tmatch.any.sync.b32 \t%r2, %r7, %r99;
+\tmatch.any.sync.b64 \t%r3, %rd20, -1;
+\tmatch.all.sync.b32 \t%r4|%p1, %r7, -1;
+\tmatch.all.sync.b64 \t%r5|%p2, %rd21, %r99;
+\tselp.b32 \t%r6, 1, 0, %p1;
+\tselp.b32 \t%r9, 2, 0, %p2;
+\tadd.u32 \t%r6, %r6, %r9;
+\tst.global.u32 \t[%rd9], %r2;
+\tst.global.u32 \t[%rd9+256], %r3;
+\tst.global.u32 \t[%rd9+512], %r4;
+\tst.global.u32 \t[%rd9+768], %r6;
+"""
+    out = _same(body, block, n_out=256, warps=warps)
+    assert out[0] != 0 and out[0] != out[64]
+
+
+def test_activemask_sees_the_original_groups():
+    """At entry, in each side of an if / else (the sides run one after the other) and after they
+    rejoin; in a block of two warps, the second one partial."""
+    body = """\tactivemask.b32 \t%r2;
+\tand.b32 \t%r3, %r100, 6;
+\tsetp.eq.u32 \t%p1, %r3, 2;
+\t@%p1 bra $ELSE;
+\tactivemask.b32 \t%r4;
+\tbra $JOIN;
+$ELSE:
+\tactivemask.b32 \t%r4;
+$JOIN:
+\tactivemask.b32 \t%r5;
+\tst.global.u32 \t[%rd9], %r2;
+\tst.global.u32 \t[%rd9+256], %r4;
+\tst.global.u32 \t[%rd9+512], %r5;
+"""
+    out = _same(body, 32, n_out=192)
+    assert out[0] == 0xFFFFFFFF and out[64] == 0xF3F3F3F3 and out[66] == 0x0C0C0C0C and out[129] == out[0]
+    out = _same(body, 40, n_out=192, warps=2)
+    assert out[32] == 0xFF and out[64 + 33] == 0xF3 and out[64 + 34] == 0x0C
+
+
+def test_activemask_after_code_lowered_with_branches_is_refused():
+    """A 64-bit division before it is a loop in machine code: the groups there need not be the
+    original's, so the lowering names the instruction instead of guessing."""
+    body = ("\tcvt.u64.u32 \t%rd20, %r1;\n\tdiv.u64 \t%rd20, %rd20, %rd1;\n"
+            "\tactivemask.b32 \t%r2;\n\tst.global.u32 \t[%rd9], %r2;\n")
+    with pytest.raises(UnsupportedPTX, match="activemask"):
+        lower(_kernel(body), one_warp=True)
+
+
+@pytest.mark.parametrize("mask, ok", [("-1", True), ("%r99", True), ("65535", False)])
+def test_syncwarp(mask, ok):
+    body = (f"\tst.global.u32 \t[%rd9], %r1;\n\tbar.warp.sync \t{mask};\n"
+            "\tld.global.u32 \t%r2, [%rd9+4];\n\tst.global.u32 \t[%rd9+128], %r2;\n")
+    if ok:
+        _same(body.replace("[%rd9+4]", "[%rd9]"), 32, n_out=64)
+        _same(body.replace("[%rd9+4]", "[%rd9]"), 64, n_out=128, warps=2)
+    else:
+        with pytest.raises(UnsupportedPTX, match="bar.warp.sync"):
+            lower(_kernel(body), one_warp=True)
+
+
+@pytest.mark.parametrize("block, warps", [(32, 1), (20, 1), (64, 2), (44, 2)])
+def test_partial_shuffles_of_every_mode(block, warps):
+    """Lanes 0..7 arriving one by one shuffle under the 8-lane mask (segments of 8: c = 0x1807),
+    up, down, xor and an index, in a loop (a lane may come back before another read it)."""
+    body = """\tmov.u32 \t%r42, 0;
+$AGAIN:
+\tshfl.sync.up.b32 \t%r2|%p1, %r1, 1, 0x1800, 255;
+\tshfl.sync.down.b32 \t%r3, %r1, 2, 0x1807, 255;
+\tshfl.sync.bfly.b32 \t%r4, %r1, 3, 0x1807, 255;
+\tshfl.sync.idx.b32 \t%r5, %r1, %r42, 0x1807, 255;
+\tselp.b32 \t%r6, 1, 0, %p1;
+\tadd.u32 \t%r20, %r20, %r2;
+\tadd.u32 \t%r20, %r20, %r6;
+\txor.b32 \t%r21, %r21, %r3;
+\tadd.u32 \t%r21, %r21, %r4;
+\tadd.u32 \t%r22, %r22, %r5;
+\tmul.lo.u32 \t%r1, %r1, 1103515245;
+\tadd.u32 \t%r42, %r42, 1;
+\tsetp.lt.u32 \t%p5, %r42, 3;
+\t@%p5 bra $AGAIN;
+"""
+    out = _same(STAGGER.format(body=body), block, n_out=192, warps=warps)
+    assert out[1] != 0 and out[64 + 1] != 0
+
+
+def test_a_partial_shuffle_reading_an_unnamed_lane_raises_in_both():
+    body = "\tshfl.sync.idx.b32 \t%r20, %r1, 9, 31, 255;\n"     # lane 9 is not in the mask
+    k = _kernel(STAGGER.format(body=body))
+    with pytest.raises(ExecutionError):
+        launch(k, 1, 32, [np.zeros(192, np.uint32)])
+    with pytest.raises(OutOfBounds):
+        launch(lower(k, one_warp=True), 1, 32, [np.zeros(192, np.uint32)])

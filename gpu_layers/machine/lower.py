@@ -45,7 +45,7 @@ from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, 
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import MACHINE_STEPS, SUPPORTED, validate
 
-from . import softfloat, warp_exchange, word_memory
+from . import partial_exchange, softfloat, warp_exchange, word_memory
 from .definedness import defined
 from .liveness import liveness
 
@@ -134,15 +134,26 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         var, frame, em.local_size, em.local_masks = frames
         em.regbits[word_memory.LANE_FRAME] = 32
         word_memory.frame_prologue(em, frame, em.local_masks)
-    stage = warp_exchange.staging(kernel, warps) if one_warp else None
+    stage = warp_exchange.staging(kernel, warps, em.constants) if one_warp else None
+    active = warp_exchange.active_scratch(kernel, warps) if one_warp else None
+    n = threads if 32 * (warps - 1) < threads <= 32 * warps else 32 * warps
+    sites = partial_exchange.Sites(kernel, em.constants, n) if one_warp else None
+    extra = [v for v in ([frames[0]] if frames else []) + [stage, active, sites and sites.var()] if v]
+    at = warp_exchange.shared_addresses(kernel, extra)
     if stage:                               # shuffles: a staging array in shared memory
         em.regbits[warp_exchange.EPOCH] = 64
-        em.stage_address = warp_exchange.stage_address(kernel, [frames[0]] if frames else [], warps)
+        em.stage_address = at[warp_exchange.STAGE]
         warp_exchange.prologue(em)
+    if active:
+        em.active_address = at[warp_exchange.ACTIVE]
+    if sites and sites.at:                  # votes and matches of part of the warp
+        em.partial, sites.address = sites, at[partial_exchange.PARTIAL]
+        partial_exchange.prologue(em, sites)
     lock = word_memory.atomic_lock(kernel) if one_warp and warps == 1 else None
     if lock:                                # atomics: the warp's lock (word_memory.lane_loop)
         word_memory.lock_prologue(em, lock)
-    starts = []
+    starts, branchy = [], set()
+    prologue_branches = _branches(em, 0, None)
     for i, ins in enumerate(kernel.instructions):
         starts.append(len(em.code))
         em.line = ins.line          # generated code carries the line it came from
@@ -151,15 +162,22 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
         em.source = ins
         if i in em.folded:
             continue                # a constant only the warp exchanges read: folded there
+        if em.partial is not None and SUPPORTED[ins.name].kind == "exit":
+            partial_exchange.mark_gone(em, em.partial, _guard(ins))
         if _is_machine_form(ins):
             em.push(ins)
         else:
             _expansion(ins)(em, ins)
+        if _branches(em, em.start, ins):
+            branchy.add(i)
     starts.append(len(em.code))
+    warp_exchange.check_activemask(kernel, branchy, prologue_branches)
     if softfloat.has_routines(em):
         last = kernel.instructions[-1] if kernel.instructions else None
         ends = last is not None and SUPPORTED[last.name].kind == "exit" and last.guard is None
         if not ends or starts[-1] in {starts[i] for i in kernel.labels.values()}:
+            if em.partial is not None:
+                partial_exchange.mark_gone(em, em.partial, "")
             em.emit("ret")          # nothing falls or branches into the routine
         em.index = None             # routine code: shared by every call
         softfloat.emit_routines(em)
@@ -173,6 +191,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     if stage:
         regs.append(RegDecl(type="b64", names=[warp_exchange.EPOCH], line=0))
         kvars.append(stage)
+    kvars += [v for v in (active, sites and sites.var()) if v]
     if lock:
         kvars.append(lock)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
@@ -180,11 +199,26 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
                   holds=frozenset(em.holds), warp_barriers=frozenset(em.warp_barriers),
                   checks=dict(em.checks), machine=True)
     validate(in_own_module(out, kernel).module, out.name)
-    if stage:                               # the slots' addresses were emitted as numbers
+    if extra:                               # the slots' addresses were emitted as numbers
         from gpu_layers.interp.decode import make_layout
 
-        assert make_layout(out).shared[warp_exchange.STAGE] == em.stage_address
+        shared = make_layout(out).shared
+        assert all(shared[v.name] == at[v.name] for v in extra)
     return out
+
+
+_CONTROL = ("bra", "bar", "ret", "exit", "call")
+
+
+def _branches(em, start, source) -> bool:
+    """Whether the code emitted from `start` on has control flow of its own (a branch, a barrier,
+    a label placed inside it) beyond the source instruction's own (`source`: a branch, exit or
+    barrier pushed as it is); warp_exchange.check_activemask's `branchy`."""
+    own = int(source is not None and source.opcode in _CONTROL)
+    flow = sum(ins.opcode in _CONTROL for ins in em.code[start:])
+    inner = any(start < at < len(em.code) or (at == start and source is None)
+                for at in em.labels.values())
+    return flow > own or inner
 
 
 _SPACES = ("global", "shared", "local", "param", "const")
@@ -230,6 +264,8 @@ class _Emitter:
         self.holds = set()          # indices after which the same warp takes the next step
         self.source = None          # the source instruction being expanded
         self.warp_barriers = set()  # indices of the machine's warp barriers (Kernel.warp_barriers)
+        self.partial = None         # partial_exchange.Sites of the known partial membermasks
+        self.active_address = None  # activemask's words (warp_exchange.ACTIVE)
         self.checks = {}            # index -> what its deliberate fault means (Kernel.checks)
         self.code = []
         self.labels = {}
@@ -292,7 +328,7 @@ class _Emitter:
         if self.one_warp and word_memory.needs(ins, self.regbits):
             word_memory.expand(self, ins)
             return
-        if self.one_warp and warp_exchange.needs(ins):
+        if self.one_warp and warp_exchange.needs(ins) and ins is self.source:
             warp_exchange.expand(self, ins)
             return
         if ins.opcode == "mov" and any(isinstance(o, Vec) for o in ins.operands):
