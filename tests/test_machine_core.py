@@ -342,16 +342,18 @@ def test_core_faults_on_an_access_outside_the_buffers(core):
 
 
 def test_a_failed_check_of_the_lowering_is_reported_by_what_it_means(core):
-    """A shuffle whose membermask names 16 lanes in a block of two warps: the lowering's check (a
-    load from address 0 where it fails) makes the model emit <fault>, and the backend names the
-    check (Kernel.checks) instead of an access outside the buffers."""
+    """A shuffle whose membermask, computed at run time, names 16 lanes in a block of two warps
+    (a constant partial mask is partial_exchange's rendezvous, which runs it): the lowering's
+    check (a load from address 0 where it fails) makes the model emit <fault>, and the backend
+    names the check (Kernel.checks) instead of an access outside the buffers."""
     from gpu_layers.errors import ExecutionError
     from gpu_layers.interp.snippets import kernel_ptx
     from gpu_layers.machine.backend import run_kernel_model
     from gpu_layers.ptx.parser import parse_ptx
 
     body = ("\tld.param.u64 \t%rd1, [out];\n\tcvta.to.global.u64 \t%rd1, %rd1;\n\tmov.u32 \t%r1, %tid.x;\n"
-            "\tmul.wide.u32 \t%rd2, %r1, 4;\n\tadd.s64 \t%rd3, %rd1, %rd2;\n\tmov.u32 \t%r99, 65535;\n"
+            "\tmul.wide.u32 \t%rd2, %r1, 4;\n\tadd.s64 \t%rd3, %rd1, %rd2;\n"
+            "\txor.b32 \t%r99, %r1, %r1;\n\tor.b32 \t%r99, %r99, 65535;\n"
             "\tsetp.ge.u32 \t%p1, %r1, 16;\n\tsetp.lt.u32 \t%p2, %r1, 32;\n\tand.pred \t%p1, %p1, %p2;\n"
             "\t@%p1 ret;\n\tshfl.sync.bfly.b32 \t%r2, %r1, 1, 31, %r99;\n\tst.global.u32 \t[%rd3], %r2;\n\tret;\n")
     k = parse_ptx(kernel_ptx(body)).kernel()
