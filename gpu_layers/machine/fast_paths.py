@@ -103,14 +103,34 @@ def _pack(B: _B, F, e1, sig, up, ww):
     return B.add(F.w, B.shl(F.w, e, F.mbits), su)
 
 
-def _finish(B: _B, r, ok, sign_of, mag, general, back):
-    """Fall back to the general entry unless every predicate of `ok` holds; else out = the sign
-    bit of `sign_of` | mag, and return."""
-    em, F = B.em, r.F
+def _unless(B: _B, ok, general):
+    """Fall back to the general entry unless every predicate of `ok` holds."""
     p = ok[0]
     for q in ok[1:]:
         p = B.pand(p, q)
-    em.emit(f"@!{p} bra {general}")
+    B.em.emit(f"@!{p} bra {general}")
+
+
+def _operands_ok(B: _B, ok, general, loops=False) -> list:
+    """The operands' checks: a branch to the general entry now, where the entry has no loop
+    (`loops`: its steps are in counted loops unless written out, lower's straight_steps), else
+    returned for `_finish` (a loop's backward branch would hand the turn to the lanes that left
+    early, and they would run the general entry apart from those that leave at the end: in
+    scripts/check_softfloat.py --normal, binary32 mul 217 -> 266 steps a thread when looped)."""
+    if loops and not B.em.straight:
+        return ok
+    _unless(B, ok, general)
+    return []
+
+
+def _finish(B: _B, r, ok, sign_of, mag, general, back):
+    """Fall back to the general entry unless every predicate of `ok` (the result's checks)
+    holds; else out = the sign bit of `sign_of` | mag, and return. (The operands' checks come
+    first, `_unless` before any work: a lane with a special operand then leaves at once instead
+    of computing a result it throws away, so it writes no data tokens here.)"""
+    em, F = B.em, r.F
+    if ok:
+        _unless(B, ok, general)
     em.emit(f"or.b{F.w} {r.out}, {B.and_(F.w, sign_of, F.sign)}, {mag}")
     em.emit(f"bra {back}")
 
@@ -123,10 +143,11 @@ def emit_add(B: _B, r, general, back, directed=False):
     w, u = F.w, f"u{F.w}"
     maga, magc = B.and_(w, r.a, F.mag), B.and_(w, r.c, F.mag)
     mx, my = B.umax(w, maga, magc), B.umin(w, maga, magc)
+    py = B.setp("ge", u, my, F.hidden)       # y is not zero or subnormal
+    early = _operands_ok(B, [_normal(B, mx, F), B.por(py, B.setp("eq", u, my, 0))], general)
     x = B.sel(w, r.a, r.c, B.setp("ge", u, maga, magc))      # its sign is the result's
     ex, ey = _exp32(B, mx, F), _exp32(B, my, F)
     g = w - 2 - F.mbits
-    py = B.setp("ge", u, my, F.hidden)       # y is not zero or subnormal
     sx, sy = B.shl(w, _sig(B, mx, F), g), B.sel(w, B.shl(w, _sig(B, my, F), g), 0, py)
     yj = _jam_shift(B, sy, B.sub(32, ex, ey), w)
     R = B.sel(w, B.sub(w, sx, yj), B.add(w, sx, yj), B.setp("lt", f"s{w}", B.xor(w, r.a, r.c), 0))
@@ -134,8 +155,7 @@ def emit_add(B: _B, r, general, back, directed=False):
     sig, up = _round(B, B.shl(w, R, n), w, r, x, directed)
     e1 = B.sub(32, ex, n)                   # the leading one at w - 1 - n: exponent ex + 1 - n
     mag = _pack(B, F, e1, sig, up, w)
-    ok = [_normal(B, mx, F), B.por(py, B.setp("eq", u, my, 0)), B.setp("ge", "s32", e1, 0),
-          B.setp("ne", f"b{w}", R, 0), B.setp("lt", u, mag, F.inf)]
+    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("ne", f"b{w}", R, 0), B.setp("lt", u, mag, F.inf)]
     _finish(B, r, ok, x, mag, general, back)
 
 
@@ -185,6 +205,7 @@ def emit_mul(B: _B, r, general, back, directed=False):
     F = r.F
     w = F.w
     maga, magb = B.and_(w, r.a, F.mag), B.and_(w, r.b, F.mag)
+    early = _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F)], general, loops=F is F32)
     ea, eb = _exp32(B, maga, F), _exp32(B, magb, F)
     n, R2 = _normalized_product(B, _sig(B, maga, F), _sig(B, magb, F), F)
     top = 63 if F is F32 else 127
@@ -192,8 +213,7 @@ def emit_mul(B: _B, r, general, back, directed=False):
     sign = B.xor(w, r.a, r.b)
     sig, up = _round(B, R2, 64, r, sign, directed)
     mag = _pack(B, F, e1, sig, up, 64)
-    ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
-          B.setp("lt", f"u{w}", mag, F.inf)]
+    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("lt", f"u{w}", mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)
 
 
@@ -211,6 +231,8 @@ def emit_fma(B: _B, r, general, back, directed=False):
     T = Wd.w - 3
     maga, magb, magc = (B.and_(w, v, F.mag) for v in (r.a, r.b, r.c))
     za, zb, zc = (B.setp("eq", u, m, 0) for m in (maga, magb, magc))
+    early = _operands_ok(B, [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))],
+                         general, loops=F is F32)
     pz = B.por(za, zb)                      # a zero product: the result is c
     ea, eb, ec = (_exp32(B, m, F) for m in (maga, magb, magc))
     words = _product(B, _sig(B, maga, F), _sig(B, magb, F), F)
@@ -232,8 +254,7 @@ def emit_fma(B: _B, r, general, back, directed=False):
     sig, up = _round(B, _high_jammed(B, Wd, Wd.shl(R, n)), 64, r, sign, directed)
     e1 = B.sub(32, B.add(32, EL, 1), n)     # the leading one at width - 1 - n: exponent EL + 2 - n
     mag = _pack(B, F, e1, sig, up, 64)
-    ok = [B.por(_normal(B, m, F), z) for m, z in ((maga, za), (magb, zb), (magc, zc))]
-    ok += [B.setp("ge", "s32", e1, 0), Wd.setp("ne", R, 0), B.setp("lt", u, mag, F.inf)]
+    ok = early + [B.setp("ge", "s32", e1, 0), Wd.setp("ne", R, 0), B.setp("lt", u, mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)
 
 
@@ -261,6 +282,7 @@ def emit_div(B: _B, r, general, back, directed=False):
     em, F = B.em, r.F
     steps = QUOTIENT_STEPS
     maga, magb = B.and_(32, r.a, F.mag), B.and_(32, r.b, F.mag)
+    early = _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F)], general)
     ea, eb = B.shr(32, maga, F.mbits), B.shr(32, magb, F.mbits)
     R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
     d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
@@ -274,8 +296,7 @@ def emit_div(B: _B, r, general, back, directed=False):
     sig, up = _round(B, B.shl(32, q2, n), 32, r, sign, directed)
     e1 = B.sub(32, B.sub(32, ea, eb), B.sub(32, n, F.bias + 3))
     mag = _pack(B, F, e1, sig, up, 32)
-    ok = [_normal(B, maga, F), _normal(B, magb, F), B.setp("ge", "s32", e1, 0),
-          B.setp("lt", "u32", mag, F.inf)]
+    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("lt", "u32", mag, F.inf)]
     _finish(B, r, ok, sign, mag, general, back)
 
 
@@ -289,6 +310,7 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     / 2 - 1), so the biased exponent - 1 is 61 - n + (E - shift) / 2 + bias."""
     F = r.F
     w = F.w
+    early = _operands_ok(B, [_normal(B, r.a, F)], general)   # (no check at the end to split from)
     mag = B.and_(w, r.a, F.mag)
     m, E, steps, shift = _root_scale(B, _sig(B, mag, F), B.sub(32, _exp32(B, mag, F), F.bias + F.mbits), F)
     root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
@@ -299,4 +321,4 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     B.em.emit(f"shr.s32 {half}, {B.sub(32, E, shift)}, 1")
     e1 = B.add(32, B.sub(32, half, n), 61 + F.bias)
     mag_out = _pack(B, F, e1, sig, up, 64)
-    _finish(B, r, [_normal(B, r.a, F)], r.a, mag_out, general, back)
+    _finish(B, r, early, r.a, mag_out, general, back)
