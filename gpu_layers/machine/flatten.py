@@ -54,7 +54,13 @@ def flatten_launch(kernel: Kernel, grid, block) -> tuple[Kernel, tuple, tuple]:
     for ins in kernel.instructions:
         starts.append(len(em.code))
         em.line = ins.line
-        fresh = {name: _value(em, name, dims) for name in _reads(ins) if _changes(name, dims)}
+        names = [name for name in _reads(ins) if _changes(name, dims)]
+        if _plain_mov(ins) and names and _constant(names[0], dims) is not None:
+            # `mov r, %ntid.x`: r = the launch's number itself, so that the lowering sees a
+            # constant register (remat.constants: a multiply by it becomes shifts and adds)
+            em.code.append(replace(ins, operands=[ins.operands[0], Imm(_constant(names[0], dims))]))
+            continue
+        fresh = {name: _value(em, name, dims) for name in names}
         em.code.append(replace(ins, operands=[_renamed(op, fresh) for op in ins.operands])
                        if fresh else ins)
     starts.append(len(em.code))
@@ -110,13 +116,28 @@ def _changes(name, dims) -> bool:
     return d[c] != (flat[0] if c == 0 else 1)       # x: the whole flat index; y, z: 0
 
 
+def _constant(name, dims) -> int | None:
+    """What `name` reads under the original launch where that is a number: a dimension of the
+    block or grid, or an index along a dimension of size 1 (0); else None."""
+    kind, c, d = _split(name, dims)
+    if kind in ("ntid", "nctaid"):
+        return d[c]
+    return 0 if d[c] == 1 else None
+
+
+def _plain_mov(ins) -> bool:
+    return (ins.opcode == "mov" and ins.guard is None and len(ins.operands) == 2
+            and isinstance(ins.operands[0], Reg) and isinstance(ins.operands[1], Reg))
+
+
 def _value(em, name, dims) -> str:
     """A register holding what `name` reads under the original launch (fresh, or the flat
     index itself where that is the value)."""
     kind, c, d = _split(name, dims)
-    if kind in ("ntid", "nctaid") or d[c] == 1:
+    k = _constant(name, dims)
+    if k is not None:
         t = em.tmp(32)
-        em.emit(f"mov.u32 {t}, {d[c] if kind in ('ntid', 'nctaid') else 0}")
+        em.emit(f"mov.u32 {t}, {k}")
         return t
     n, stride = prod(d), prod(d[:c])
     q = _div(em, f"%{kind}.x", stride, n)

@@ -46,6 +46,7 @@ from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import MACHINE_STEPS, SUPPORTED, validate
 
 from . import partial_exchange, softfloat, warp_exchange, word_memory
+from .const_fold import fold_constants
 from .definedness import defined
 from .liveness import liveness
 
@@ -122,7 +123,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     problems = machine_problems(kernel)
     if problems:
         raise UnsupportedPTX(problems)
-    kernel = generic_as_global(kernel)
+    kernel = fold_constants(generic_as_global(kernel))
     em = _Emitter(kernel, one_warp)
     em.straight = straight_steps
     em.looped = _in_loops(kernel)
