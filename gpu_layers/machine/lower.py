@@ -45,7 +45,7 @@ from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, 
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import MACHINE_STEPS, SUPPORTED, validate
 
-from . import partial_exchange, softfloat, warp_exchange, word_memory
+from . import partial_exchange, ranges, softfloat, warp_exchange, word_memory
 from .const_fold import fold_constants
 from .definedness import defined
 from .liveness import liveness
@@ -99,7 +99,7 @@ def machine_problems(kernel) -> list[str]:
 
 
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
-          straight_steps: bool = False, fast_floats=True, threads: int = 32) -> Kernel:
+          straight_steps: bool = False, fast_floats=True, threads: int | None = None) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -114,7 +114,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     where they run often: in the float routines and inside the source's loops. `fast_floats`
     (True, False, or a set of "add", "mul", "fma", "div"): float sites of those operations whose
     operands are proven defined call the routines' fast entries (gpu_layers.machine.fast_paths:
-    fewer steps, more instructions). `threads`: the block's threads (local memory has a frame for
+    fewer steps, more instructions). `threads`: the block's threads, when the code is for a launch
+    of that block (its %tid.x bound shortens multiplies, gpu_layers.machine.ranges; local memory has a frame for
     each, up to 32).
 
     Raises UnsupportedPTX listing every instruction that is neither a machine form nor expanded."""
@@ -130,14 +131,16 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em.warps = warps
     em.cvt_routines = cvt_routines
     em.fast_floats = fast_floats
-    frames = word_memory.local_frames(kernel, threads) if one_warp else None
+    em.bounds = ranges.bounds(kernel, threads) if threads else ranges.bounds(kernel, 1 << 32)
+    em.threads = threads or 1 << 32
+    frames = word_memory.local_frames(kernel, threads or 32) if one_warp else None
     if frames:                              # local memory: every lane's frame in shared memory
         var, frame, em.local_size, em.local_masks = frames
         em.regbits[word_memory.LANE_FRAME] = 32
         word_memory.frame_prologue(em, frame, em.local_masks)
     stage = warp_exchange.staging(kernel, warps, em.constants) if one_warp else None
     active = warp_exchange.active_scratch(kernel, warps) if one_warp else None
-    n = threads if 32 * (warps - 1) < threads <= 32 * warps else 32 * warps
+    n = threads if threads and 32 * (warps - 1) < threads <= 32 * warps else 32 * warps
     sites = partial_exchange.Sites(kernel, em.constants, n) if one_warp else None
     extra = [v for v in ([frames[0]] if frames else []) + [stage, active, sites and sites.var()] if v]
     at = warp_exchange.shared_addresses(kernel, extra)
@@ -515,10 +518,18 @@ def _mul_lo(em, w, a, b) -> str:
         if y.lstrip("-").isdigit():
             return _mul_const(em, w, x, int(y) & ((1 << w) - 1))
     if w <= 32:
-        return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w, low32=True))
+        ka, kb = _bits(em, a, w), _bits(em, b, w)
+        if ka < kb:                     # the operand with fewer bits is the multiplier
+            a, b, ka, kb = b, a, kb, ka
+        return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w, bits=kb, low32=True))
     (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
     cross = _op(em, 64, "add", _mul32(em, al, bh, low32=True), _mul32(em, ah, bl, low32=True), "u64")
     return _op(em, 64, "add", _mul32(em, al, bl), _op(em, 64, "shl", cross, 32), "u64")
+
+
+def _bits(em, x, w) -> int:
+    """How many bits w-bit operand x needs (gpu_layers.machine.ranges; w when unknown)."""
+    return ranges.bits_below(getattr(em, "bounds", {}), x, w, getattr(em, "threads", 1 << 32))
 
 
 def _low(em, w, r64) -> str:
@@ -708,9 +719,14 @@ def _mul_wide(em, w, a, b, signed) -> str:
     ka, kb = _known(em, a), _known(em, b)
     if ka.lstrip("-").isdigit() or kb.lstrip("-").isdigit():
         return _mul_lo(em, 2 * w, _ext(em, w, ka, signed, 2 * w), _ext(em, w, kb, signed, 2 * w))
-    acc = _low(em, 2 * w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w))
+    ka, kb = _bits(em, a, w), _bits(em, b, w)
+    if ka < kb:                         # the operand with fewer bits is the multiplier
+        a, b, ka, kb = b, a, kb, ka
+    acc = _low(em, 2 * w, _mul_steps(em, _ext(em, w, a, False, 64), ka, b, w, bits=kb))
     if signed:
-        for u, v in ((a, b), (b, a)):
+        for u, v, ku in ((a, b, ka), (b, a, kb)):
+            if ku < w:
+                continue                # below 2^(w-1): never negative
             neg = _setp(em, "lt", f"s{w}", u, 0)
             high = _op(em, 2 * w, "shl", _ext(em, w, v, False, 2 * w), w)
             em.emit(f"sub.u{2 * w} {acc}, {acc}, {_sel(em, 2 * w, high, 0, neg)}")
