@@ -199,22 +199,33 @@ def _normalized_product(B: _B, sa, sb, F):
     return n, B.or_(64, h, B.sel(64, 1, 0, rest))
 
 
+def _within(B: _B, x, lo, hi):
+    """lo <= x <= hi for a signed 32-bit x: two compares (predicates: no data tokens, where one
+    unsigned compare of x - lo would send x - lo)."""
+    return B.pand(B.setp("ge", "s32", x, lo), B.setp("le", "s32", x, hi))
+
+
 def emit_mul(B: _B, r, general, back, directed=False):
     """a * b: the exact product of the significands, normalized and rounded; the biased
-    exponent - 1 is ea + eb - bias - 2 mbits + (its leading one's position) - 1."""
+    exponent - 1 is e1 = ea + eb - bias - 2 mbits + (its leading one's position) - 1. Every
+    check comes first: normal operands, and an exponent sum for which the result is normal and
+    finite whatever the product's leading bit (n0 or n0 + 1 leading zeros) and the rounding
+    carry: e1 >= 0 and e1 + 2 <= 2 bias. So no lane leaves at the end (nothing to split from)."""
     F = r.F
     w = F.w
+    top, n0 = (63, 16) if F is F32 else (127, 22)
+    K = top - 1 - F.bias - 2 * F.mbits
     maga, magb = B.and_(w, r.a, F.mag), B.and_(w, r.b, F.mag)
-    early = _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F)], general, loops=F is F32)
     ea, eb = _exp32(B, maga, F), _exp32(B, magb, F)
+    S = B.add(32, ea, eb)
+    _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, S, n0 + 1 - K, 2 * F.bias - 2 + n0 - K)],
+                 general)
     n, R2 = _normalized_product(B, _sig(B, maga, F), _sig(B, magb, F), F)
-    top = 63 if F is F32 else 127
-    e1 = B.add(32, B.sub(32, B.add(32, ea, eb), n), top - 1 - F.bias - 2 * F.mbits)
+    e1 = B.add(32, B.sub(32, S, n), K)
     sign = B.xor(w, r.a, r.b)
     sig, up = _round(B, R2, 64, r, sign, directed)
     mag = _pack(B, F, e1, sig, up, 64)
-    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("lt", f"u{w}", mag, F.inf)]
-    _finish(B, r, ok, sign, mag, general, back)
+    _finish(B, r, [], sign, mag, general, back)
 
 
 def emit_fma(B: _B, r, general, back, directed=False):
@@ -282,8 +293,11 @@ def emit_div(B: _B, r, general, back, directed=False):
     em, F = B.em, r.F
     steps = QUOTIENT_STEPS
     maga, magb = B.and_(32, r.a, F.mag), B.and_(32, r.b, F.mag)
-    early = _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F)], general)
     ea, eb = B.shr(32, maga, F.mbits), B.shr(32, magb, F.mbits)
+    # normal operands, and ea - eb + bias in [2, 2 bias - 1]: q2 has 4 or 5 leading zeros, so
+    # e1 is ea - eb + bias - 2 or - 1, normal and finite after a rounding carry (every check first)
+    D = B.sub(32, ea, eb)
+    _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, D, 2 - F.bias, F.bias - 1)], general)
     R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
     d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
     for _ in range(steps):
@@ -294,10 +308,9 @@ def emit_div(B: _B, r, general, back, directed=False):
     n = B.clz(32, q2)
     sign = B.xor(32, r.a, r.b)
     sig, up = _round(B, B.shl(32, q2, n), 32, r, sign, directed)
-    e1 = B.sub(32, B.sub(32, ea, eb), B.sub(32, n, F.bias + 3))
+    e1 = B.sub(32, D, B.sub(32, n, F.bias + 3))
     mag = _pack(B, F, e1, sig, up, 32)
-    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("lt", "u32", mag, F.inf)]
-    _finish(B, r, ok, sign, mag, general, back)
+    _finish(B, r, [], sign, mag, general, back)
 
 
 def emit_sqrt(B: _B, r, general, back, directed=False):
