@@ -67,3 +67,35 @@ def test_bounded_multipliers_take_fewer_steps_and_the_same_products(scale):
     a, b = launch(short, 1, 32, [buf.copy()]), launch(full, 1, 32, [buf.copy()])
     assert a.buffers[0].tobytes() == want.tobytes() == b.buffers[0].tobytes()
     assert a.steps < b.steps - 50          # five products by a 4-bit multiplier: 2 steps each, not 16
+
+
+def test_every_write_bounded_bounds_a_loop_register_and_its_64_bit_products():
+    """A modular square in a loop (modpow): r is written by a widened 32-bit value and by rem.u64
+    by a widened 32-bit modulus, so r < 2^32 and r * r is one 32 x 32 product, not three; the
+    loop counter, which reads itself, gets no bound."""
+    body = """\tcvt.u64.u32 \t%rd2, %r2;
+\tor.b64 \t%rd6, %rd2, 3;
+\tadd.u32 \t%r5, %r2, %r1;
+\tcvt.u64.u32 \t%rd3, %r5;
+\tmov.u32 \t%r6, 0;
+$L:
+\tmul.lo.s64 \t%rd4, %rd3, %rd3;
+\trem.u64 \t%rd3, %rd4, %rd6;
+\tadd.u32 \t%r6, %r6, 1;
+\tsetp.lt.u32 \t%p1, %r6, 5;
+\t@%p1 bra $L;
+\tmul.lo.s64 \t%rd5, %rd3, %rd2;
+\tshl.b32 \t%r7, %r1, 4;
+\tcvt.u64.u32 \t%rd7, %r7;
+\tadd.s64 \t%rd8, %rd9, %rd7;
+\tst.global.u64 \t[%rd8+8], %rd3;
+\tst.global.u64 \t[%rd8+16], %rd5;
+"""
+    k = _kernel(body)
+    b = bounds(k, threads=32)
+    assert b["%rd3"] == b["%rd6"] == (1 << 32) - 1 and "%r6" not in b
+    buf = np.zeros(32 * 4 + 8, np.uint32)
+    buf[0] = 0xFFFFFFF1
+    want = launch(k, 1, 32, [buf.copy()]).buffers[0]
+    got = launch(lower(k, one_warp=True, threads=32), 1, 32, [buf.copy()])
+    assert got.buffers[0].tobytes() == want.tobytes() and want[2:].any()

@@ -522,7 +522,15 @@ def _mul_lo(em, w, a, b) -> str:
         if ka < kb:                     # the operand with fewer bits is the multiplier
             a, b, ka, kb = b, a, kb, ka
         return _low(em, w, _mul_steps(em, _ext(em, w, a, False, 64), w, b, w, bits=kb, low32=True))
+    ka, kb = _bits(em, a, 64), _bits(em, b, 64)
+    if ka < kb:                         # b: the operand with fewer bits
+        a, b, ka, kb = b, a, kb, ka
+    if ka <= 32:                        # both below 2^32: one whole product
+        return _mul_steps(em, a, ka, b, 64, bits=kb)
     (al, ah), (bl, bh) = _halves(em, a), _halves(em, b)
+    if kb <= 32:                        # b below 2^32: a_lo b + ((a_hi b) mod 2^32) << 32
+        cross = _mul_steps(em, ah, 32, b, 64, bits=kb, low32=True)
+        return _op(em, 64, "add", _mul_steps(em, al, 32, b, 64, bits=kb), _op(em, 64, "shl", cross, 32), "u64")
     cross = _op(em, 64, "add", _mul32(em, al, bh, low32=True), _mul32(em, ah, bl, low32=True), "u64")
     return _op(em, 64, "add", _mul32(em, al, bl), _op(em, 64, "shl", cross, 32), "u64")
 

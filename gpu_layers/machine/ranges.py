@@ -1,8 +1,9 @@
 """Upper bounds of registers, for shorter multiplies: a multiplier known to be below 2^k takes
 k / 2 multiply steps instead of w / 2 (lower._mul_lo, _mul_wide).
 
-Only registers written exactly once (unguarded, outside the routines, never read before that
-write: remat's single writes) get a bound, so every read sees the value the bound is about.
+A register gets a bound when it is never read before a write (not live at the kernel's entry)
+and every write of it has one (the largest is its bound; a guarded write that does not happen
+leaves a value of another write), so every read sees a value the bound is about.
 Sources: immediates, %tid.x (below the block's threads: the launch is one-dimensional),
 %laneid, and integer operations of bounded operands whose result provably does not wrap: mov,
 add, mul.lo, mad.lo, shl / shr by an immediate, and, or, xor, rem and div (unsigned), min,
@@ -14,25 +15,36 @@ from __future__ import annotations
 from gpu_layers.ptx.ir import Imm, Reg
 
 from .liveness import liveness
-from .remat import _single_writes
 
 
 def bounds(kernel, threads: int = 1024) -> dict:
-    """register -> the largest value it can hold, for the registers this analysis bounds."""
+    """register -> the largest value it can hold, for the registers this analysis bounds: every
+    write of the register (it is not read before one: not live at the kernel's entry) a form
+    with a bound, the largest of them. A write that reads the register itself (a loop counter)
+    needs its own bound first, so it never gets one."""
     lv = liveness(kernel)
-    single = _single_writes(kernel, lv)
     code = kernel.instructions
+    writes = {}
+    for i, d in enumerate(lv.defs):
+        for r in d:
+            writes.setdefault(r, []).append(i)
     out, changed = {}, True
     while changed:
         changed = False
-        for r, i in single.items():
-            ins = code[i]
-            if r in out or ins.guard is not None or not ins.operands or not isinstance(ins.operands[0], Reg) \
-                    or ins.operands[0].name != r:
+        for r, idx in writes.items():
+            if r in out or r in lv.entry:
                 continue
-            b = _bound(ins, out, threads)
-            if b is not None:
-                out[r] = b
+            got = []
+            for i in idx:
+                ins = code[i]
+                if not ins.operands or not isinstance(ins.operands[0], Reg) or ins.operands[0].name != r:
+                    break
+                b = _bound(ins, out, threads)
+                if b is None:
+                    break
+                got.append(b)
+            else:
+                out[r] = max(got)
                 changed = True
     return out
 
@@ -42,7 +54,8 @@ def _width(t) -> int | None:
 
 
 def _of(op, known, threads, w):
-    """The bound of a source operand (w-bit), or None."""
+    """The bound of a w-bit source operand: a register nothing bounds holds at most 2^w - 1
+    (a 32-bit value widened is below 2^32); None for what is not a number (an address)."""
     if isinstance(op, Imm):
         return op.value & ((1 << w) - 1)
     if not isinstance(op, Reg):
@@ -51,7 +64,7 @@ def _of(op, known, threads, w):
         return threads - 1
     if op.name == "%laneid":
         return 31
-    return known.get(op.name)
+    return min(known.get(op.name, 1 << w), (1 << w) - 1)
 
 
 def _bound(ins, known, threads):
