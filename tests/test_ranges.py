@@ -99,3 +99,32 @@ $L:
     want = launch(k, 1, 32, [buf.copy()]).buffers[0]
     got = launch(lower(k, one_warp=True, threads=32), 1, 32, [buf.copy()])
     assert got.buffers[0].tobytes() == want.tobytes() and want[2:].any()
+
+
+def test_a_divisor_known_below_2_32_divides_in_one_part_or_in_32_bits():
+    body = """\tcvt.u64.u32 \t%rd2, %r2;
+\tor.b64 \t%rd3, %rd2, 1;
+\tcvt.u64.u32 \t%rd4, %r1;
+\tmul.lo.u64 \t%rd5, %rd4, 0x123456789ABCD;
+\tdiv.u64 \t%rd6, %rd5, %rd3;
+\trem.u64 \t%rd7, %rd5, %rd3;
+\tadd.u64 \t%rd10, %rd4, 1000;
+\tdiv.u64 \t%rd11, %rd10, %rd3;
+\trem.u64 \t%rd12, %rd10, %rd3;
+\tshl.b32 \t%r7, %r1, 5;
+\tcvt.u64.u32 \t%rd13, %r7;
+\tadd.s64 \t%rd8, %rd9, %rd13;
+\tst.global.u64 \t[%rd8+8], %rd6;
+\tst.global.u64 \t[%rd8+16], %rd7;
+\tst.global.u64 \t[%rd8+24], %rd11;
+\tst.global.u64 \t[%rd8+32], %rd12;
+"""
+    k = _kernel(body)
+    mk = lower(k, one_warp=True, threads=32)
+    for divisor in (7, 0xFFFFFFFF, 1, 123456):
+        buf = np.zeros(32 * 8 + 16, np.uint32)
+        buf[0] = divisor
+        want = launch(k, 1, 32, [buf.copy()]).buffers[0]
+        assert launch(mk, 1, 32, [buf.copy()]).buffers[0].tobytes() == want.tobytes()
+    size_checks = [i for i in mk.instructions if i.opcode == "setp" and str(i).endswith(", 4294967295")]
+    assert not size_checks                      # no branch on the divisor's size (_udivrem_branching)

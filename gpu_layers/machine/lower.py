@@ -852,6 +852,17 @@ def _udivrem_by32(em, a, b, quotient=True, skip=False) -> tuple[str | None, str]
     return acc, _op(em, 64, "shr", rx, 16, "u64")
 
 
+def _udivrem_narrow(em, w, a, b, quotient=True, wide=True, skip=False) -> tuple[str | None, str]:
+    """64-bit (a / b, a % b) for a divisor known to be below 2^32 (gpu_layers.machine.ranges):
+    _udivrem_by32 without the branch on its size, or (`wide` False: the dividend is below 2^32
+    too) the 32-bit division of the low words, widened."""
+    if wide:
+        return _udivrem_by32(em, a, b, quotient, skip)
+    lo = [_low(em, 32, x) for x in (a, b)]
+    q, r = _udivrem(em, 32, *lo, quotient=quotient, skip=skip)
+    return (_ext(em, 32, q, False, 64) if quotient else None), _ext(em, 32, r, False, 64)
+
+
 def _udivrem_branching(em, w, a, b, quotient=True, skip=False) -> tuple[str | None, str]:
     """64-bit (a / b, a % b) for a divisor proven defined (gpu_layers.machine.definedness): a
     divisor below 2^32 takes _udivrem_by32, a larger one the general loop; both branches go
@@ -960,6 +971,8 @@ def _x_divrem(em, ins):
     defined = proven(b)
     both = defined and proven(a)         # may skip the leading divide steps (_dsteps)
     divide = partial(_udivrem_branching if w == 64 and defined else _udivrem, skip=both)
+    if w == 64 and not signed and _bits(em, b, 64) <= 32:      # a divisor known below 2^32
+        divide = partial(_udivrem_narrow, wide=_bits(em, a, 64) > 32, skip=both)
     a, b = _copy(em, w, a), _copy(em, w, b)
     bad = _setp(em, "eq", f"b{w}", b, 0)
     if signed:
