@@ -131,8 +131,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em.warps = warps
     em.cvt_routines = cvt_routines
     em.fast_floats = fast_floats
-    em.bounds = ranges.bounds(kernel, threads) if threads else ranges.bounds(kernel, 1 << 32)
-    em.threads = threads or 1 << 32
+    em.threads = threads or em.threads
+    em.bounds = ranges.bounds(kernel, em.threads)
     frames = word_memory.local_frames(kernel, threads or 32) if one_warp else None
     if frames:                              # local memory: every lane's frame in shared memory
         var, frame, em.local_size, em.local_masks = frames
@@ -269,6 +269,8 @@ class _Emitter:
         self.source = None          # the source instruction being expanded
         self.warp_barriers = set()  # indices of the machine's warp barriers (Kernel.warp_barriers)
         self.partial = None         # partial_exchange.Sites of the known partial membermasks
+        self.bounds = {}            # register -> its upper bound (gpu_layers.machine.ranges)
+        self.threads = 1 << 32      # the block's threads where known (lower's `threads`)
         self.active_address = None  # activemask's words (warp_exchange.ACTIVE)
         self.checks = {}            # index -> what its deliberate fault means (Kernel.checks)
         self.code = []
@@ -537,7 +539,7 @@ def _mul_lo(em, w, a, b) -> str:
 
 def _bits(em, x, w) -> int:
     """How many bits w-bit operand x needs (gpu_layers.machine.ranges; w when unknown)."""
-    return ranges.bits_below(getattr(em, "bounds", {}), x, w, getattr(em, "threads", 1 << 32))
+    return ranges.bits_below(em.bounds, x, w, em.threads)
 
 
 def _low(em, w, r64) -> str:

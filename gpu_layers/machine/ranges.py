@@ -76,7 +76,7 @@ def _bound(ins, known, threads):
     op, mods = ins.opcode, set(ins.modifiers)
     if op == "cvt":
         src = _width(ins.types[1]) if len(ins.types) > 1 else None
-        if src is None or mods - {"u32", "u64"}:
+        if src is None or mods:
             return None
         b = _of(ins.operands[1], known, threads, src)
         if b is None or b >> (min(w, src) - (1 if ins.types[1][0] == "s" else 0)):

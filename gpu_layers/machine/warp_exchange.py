@@ -219,10 +219,7 @@ def _vote(em, ins):
     at, end = _slot_range(em)
     top = em.label()
     em.place(top)
-    got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
-    em.emit(f"ld.shared.u64 {got}, [{at}+{em.stage_address}]")
-    em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
-    em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")      # this exchange's: the lane takes part
+    got, ok = _this_epoch(em, at)
     em.emit(f"@{ok} or.b64 {acc}, {acc}, {got}")     # (the high words: this epoch, dropped)
     em.emit(f"add.u32 {at}, {at}, 8")
     more = em.tmp(1)
@@ -281,10 +278,7 @@ def _gather(em, mine):
     em.emit(f"mov.u32 {bit}, 1")
     top = em.label()
     em.place(top)
-    got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
-    em.emit(f"ld.shared.u64 {got}, [{at}+{em.stage_address}]")
-    em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
-    em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")      # this exchange's: the lane takes part
+    got, ok = _this_epoch(em, at)
     em.emit(f"@{ok} or.b32 {part}, {part}, {bit}")
     low, same = em.tmp(32), em.tmp(1)
     em.emit(f"cvt.u32.u64 {low}, {got}")
@@ -297,6 +291,15 @@ def _gather(em, mine):
     em.emit(f"setp.lt.u32 {more}, {at}, {end}")
     em.emit(f"@{more} bra {top}")
     return hit, part
+
+
+def _this_epoch(em, at):
+    """(the slot at byte offset `at`, whether it is this exchange's: its lane takes part)."""
+    got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
+    em.emit(f"ld.shared.u64 {got}, [{at}+{em.stage_address}]")
+    em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
+    em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")
+    return got, ok
 
 
 def _slot_range(em):
