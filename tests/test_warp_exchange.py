@@ -403,3 +403,24 @@ def test_a_partial_shuffle_reading_an_unnamed_lane_raises_in_both():
         launch(k, 1, 32, [np.zeros(192, np.uint32)])
     with pytest.raises(OutOfBounds):
         launch(lower(k, one_warp=True), 1, 32, [np.zeros(192, np.uint32)])
+
+
+def test_activemask_after_a_divergent_loop_of_machine_forms():
+    """Lanes leave a loop after lane-dependent turns (its body and exit lower to the same
+    instructions, no branch of the lowering's own): the groups that reach each activemask are
+    the original's, turn by turn, inside the loop and after it."""
+    body = """\tand.b32 \t%r2, %r100, 7;
+\tmov.u32 \t%r3, 0;
+\tmov.u32 \t%r5, 0;
+$LOOP:
+\tactivemask.b32 \t%r4;
+\txor.b32 \t%r5, %r5, %r4;
+\tadd.u32 \t%r3, %r3, 1;
+\tsetp.le.u32 \t%p1, %r3, %r2;
+\t@%p1 bra $LOOP;
+\tactivemask.b32 \t%r6;
+\tst.global.u32 \t[%rd9], %r5;
+\tst.global.u32 \t[%rd9+128], %r6;
+"""
+    out = _same(body, 32, n_out=64)
+    assert len(set(out[:32])) > 1
