@@ -195,8 +195,7 @@ def _normalized_product(B: _B, sa, sb, F):
     hi, lo = words
     n = B.clz(64, hi)                       # 22 or 23: the product is below 2^106, at least 2^104
     h = B.or_(64, B.shl(64, hi, n), B.shr(64, lo, B.sub(32, 64, n)))
-    rest = B.setp("ne", "b64", B.shl(64, lo, n), 0)
-    return n, B.or_(64, h, B.sel(64, 1, 0, rest))
+    return n, B.or_(64, h, B.nonzero(64, B.shl(64, lo, n)))
 
 
 def _within(B: _B, x, lo, hi):
@@ -279,7 +278,7 @@ def _high_jammed(B: _B, Wd, x):
     if Wd.w == 64:
         return x
     hi, lo = Wd.parts(x)
-    return B.or_(64, hi, B.sel(64, 1, 0, B.setp("ne", "b64", lo, 0)))
+    return B.or_(64, hi, B.nonzero(64, lo))
 
 
 QUOTIENT_STEPS = 27         # binary32 quotient bits (softfloat's DIV entry computes as many)
@@ -327,7 +326,7 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     mag = B.and_(w, r.a, F.mag)
     m, E, steps, shift = _root_scale(B, _sig(B, mag, F), B.sub(32, _exp32(B, mag, F), F.bias + F.mbits), F)
     root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
-    R = B.or_(64, B.shl(64, root, 1), B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0)))
+    R = B.or_(64, B.shl(64, root, 1), B.nonzero(64, rem))
     n = B.clz(64, R)
     sig, up = _round(B, B.shl(64, R, n), 64, r, r.a, directed)
     half = B.em.tmp(32)                      # (E - shift) / 2, E even (signed)

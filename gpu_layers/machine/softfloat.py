@@ -136,6 +136,11 @@ class _B:
     def umin(self, w, a, b):
         return self._bin(w, "min", f"u{w}", a, b, min)
 
+    def nonzero(self, w, a):
+        """1 where a != 0, else 0: one unsigned min (a compare and a select of two numbers would
+        be three steps: selp has one immediate)."""
+        return self.umin(w, a, 1)
+
     def umax(self, w, a, b):
         return self._bin(w, "max", f"u{w}", a, b, max)
 
@@ -662,8 +667,7 @@ def _f64_quotient(B, Wd, f, x, y, binf, steps):
         em.emit(f"or.b64 {q}, {B.shl(64, q, k)}, {B.and_(64, R, low)}")
         em.emit(f"and.b64 {R}, {R}, {~low & _M[64]}")
     _counted_loop(em, steps // k, turn)
-    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", R, 0))
-    Wd.set_from(f.P, B.or_(64, B.shl(64, q, 1), sticky), 64)
+    Wd.set_from(f.P, B.or_(64, B.shl(64, q, 1), B.nonzero(64, R)), 64)
 
 
 F32_QUOTIENT_UNROLL = 9    # divide steps a turn of binary32's quotient loop (27 bits: 3 turns)
@@ -706,8 +710,7 @@ def _emit_root(B, Wd, r, f):
     em.emit(f"shr.s32 {f.ep}, {E}, 1")
     em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
     root, rem = _isqrt(B, m if F is F64 else B.cvt(64, 32, m), shift, steps)   # both formats
-    sticky = B.sel(64, 1, 0, B.setp("ne", "b64", rem, 0))
-    Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), sticky))
+    Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), B.nonzero(64, rem)))
 
 
 ROOT_UNROLL = 4     # root bits a turn of the root loops (_isqrt)
