@@ -111,12 +111,14 @@ def _unless(B: _B, ok, general):
     B.em.emit(f"@!{p} bra {general}")
 
 
-def _operands_ok(B: _B, ok, general, loops=False) -> list:
-    """The operands' checks: a branch to the general entry now, where the entry has no loop
-    (`loops`: its steps are in counted loops unless written out, lower's straight_steps), else
-    returned for `_finish` (a loop's backward branch would hand the turn to the lanes that left
-    early, and they would run the general entry apart from those that leave at the end: in
-    scripts/check_softfloat.py --normal, binary32 mul 217 -> 266 steps a thread when looped)."""
+def _operands_ok(B: _B, ok, general, loops) -> list:
+    """The operands' checks of an entry that also checks at the end (fma): a branch to the
+    general entry now, unless the entry `loops` and its steps are not written out (lower's
+    straight_steps); then returned for `_finish` (a loop's backward branch would hand the turn
+    to the lanes that left early, and they would run the general entry apart from those that
+    leave at the end: in scripts/check_softfloat.py --normal, binary32 mul 217 -> 266 steps a
+    thread when looped). Entries without a loop (add, div) or without checks at the end (mul,
+    sqrt) branch at once (`_unless`)."""
     if loops and not B.em.straight:
         return ok
     _unless(B, ok, general)
@@ -144,7 +146,7 @@ def emit_add(B: _B, r, general, back, directed=False):
     maga, magc = B.and_(w, r.a, F.mag), B.and_(w, r.c, F.mag)
     mx, my = B.umax(w, maga, magc), B.umin(w, maga, magc)
     py = B.setp("ge", u, my, F.hidden)       # y is not zero or subnormal
-    early = _operands_ok(B, [_normal(B, mx, F), B.por(py, B.setp("eq", u, my, 0))], general)
+    _unless(B, [_normal(B, mx, F), B.por(py, B.setp("eq", u, my, 0))], general)   # (no loop)
     x = B.sel(w, r.a, r.c, B.setp("ge", u, maga, magc))      # its sign is the result's
     ex, ey = _exp32(B, mx, F), _exp32(B, my, F)
     g = w - 2 - F.mbits
@@ -155,7 +157,7 @@ def emit_add(B: _B, r, general, back, directed=False):
     sig, up = _round(B, B.shl(w, R, n), w, r, x, directed)
     e1 = B.sub(32, ex, n)                   # the leading one at w - 1 - n: exponent ex + 1 - n
     mag = _pack(B, F, e1, sig, up, w)
-    ok = early + [B.setp("ge", "s32", e1, 0), B.setp("ne", f"b{w}", R, 0), B.setp("lt", u, mag, F.inf)]
+    ok = [B.setp("ge", "s32", e1, 0), B.setp("ne", f"b{w}", R, 0), B.setp("lt", u, mag, F.inf)]
     _finish(B, r, ok, x, mag, general, back)
 
 
@@ -217,8 +219,8 @@ def emit_mul(B: _B, r, general, back, directed=False):
     maga, magb = B.and_(w, r.a, F.mag), B.and_(w, r.b, F.mag)
     ea, eb = _exp32(B, maga, F), _exp32(B, magb, F)
     S = B.add(32, ea, eb)
-    _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, S, n0 + 1 - K, 2 * F.bias - 2 + n0 - K)],
-                 general)
+    _unless(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, S, n0 + 1 - K, 2 * F.bias - 2 + n0 - K)],
+            general)
     n, R2 = _normalized_product(B, _sig(B, maga, F), _sig(B, magb, F), F)
     e1 = B.add(32, B.sub(32, S, n), K)
     sign = B.xor(w, r.a, r.b)
@@ -296,7 +298,7 @@ def emit_div(B: _B, r, general, back, directed=False):
     # normal operands, and ea - eb + bias in [2, 2 bias - 1]: q2 has 4 or 5 leading zeros, so
     # e1 is ea - eb + bias - 2 or - 1, normal and finite after a rounding carry (every check first)
     D = B.sub(32, ea, eb)
-    _operands_ok(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, D, 2 - F.bias, F.bias - 1)], general)
+    _unless(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, D, 2 - F.bias, F.bias - 1)], general)
     R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
     d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
     for _ in range(steps):
@@ -322,7 +324,7 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     / 2 - 1), so the biased exponent - 1 is 61 - n + (E - shift) / 2 + bias."""
     F = r.F
     w = F.w
-    early = _operands_ok(B, [_normal(B, r.a, F)], general)   # (no check at the end to split from)
+    _unless(B, [_normal(B, r.a, F)], general)    # (no check at the end to split from: before the loop)
     mag = B.and_(w, r.a, F.mag)
     m, E, steps, shift = _root_scale(B, _sig(B, mag, F), B.sub(32, _exp32(B, mag, F), F.bias + F.mbits), F)
     root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
@@ -333,4 +335,4 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     B.em.emit(f"shr.s32 {half}, {B.sub(32, E, shift)}, 1")
     e1 = B.add(32, B.sub(32, half, n), 61 + F.bias)
     mag_out = _pack(B, F, e1, sig, up, 64)
-    _finish(B, r, early, r.a, mag_out, general, back)
+    _finish(B, r, [], r.a, mag_out, general, back)

@@ -142,7 +142,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     active = warp_exchange.active_scratch(kernel, warps) if one_warp else None
     n = threads if threads and 32 * (warps - 1) < threads <= 32 * warps else 32 * warps
     sites = partial_exchange.Sites(kernel, em.constants, n) if one_warp else None
-    extra = [v for v in ([frames[0]] if frames else []) + [stage, active, sites and sites.var()] if v]
+    pvar = sites and sites.var()
+    extra = [v for v in ([frames[0]] if frames else []) + [stage, active, pvar] if v]
     at = warp_exchange.shared_addresses(kernel, extra)
     if stage:                               # shuffles: a staging array in shared memory
         em.regbits[warp_exchange.EPOCH] = 64
@@ -157,7 +158,8 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     if lock:                                # atomics: the warp's lock (word_memory.lane_loop)
         word_memory.lock_prologue(em, lock)
     starts, branchy = [], set()
-    prologue_branches = _branches(em, 0, None)
+    activemask = any(ins.opcode == "activemask" for ins in kernel.instructions)
+    prologue_branches = activemask and _branches(em, 0, None)
     for i, ins in enumerate(kernel.instructions):
         starts.append(len(em.code))
         em.line = ins.line          # generated code carries the line it came from
@@ -172,10 +174,11 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
             em.push(ins)
         else:
             _expansion(ins)(em, ins)
-        if _branches(em, em.start, ins):
+        if activemask and _branches(em, em.start, ins):
             branchy.add(i)
     starts.append(len(em.code))
-    warp_exchange.check_activemask(kernel, branchy, prologue_branches)
+    if activemask:
+        warp_exchange.check_activemask(kernel, branchy, prologue_branches)
     if softfloat.has_routines(em):
         last = kernel.instructions[-1] if kernel.instructions else None
         ends = last is not None and SUPPORTED[last.name].kind == "exit" and last.guard is None
@@ -195,7 +198,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     if stage:
         regs.append(RegDecl(type="b64", names=[warp_exchange.EPOCH], line=0))
         kvars.append(stage)
-    kvars += [v for v in (active, sites and sites.var()) if v]
+    kvars += [v for v in (active, pvar) if v]
     if lock:
         kvars.append(lock)
     out = replace(kernel, regs=regs, instructions=em.code, labels=labels, vars=kvars,
@@ -729,13 +732,13 @@ def _mul_wide(em, w, a, b, signed) -> str:
     ka, kb = _known(em, a), _known(em, b)
     if ka.lstrip("-").isdigit() or kb.lstrip("-").isdigit():
         return _mul_lo(em, 2 * w, _ext(em, w, ka, signed, 2 * w), _ext(em, w, kb, signed, 2 * w))
-    ka, kb = _bits(em, a, w), _bits(em, b, w)
-    if ka < kb:                         # the operand with fewer bits is the multiplier
-        a, b, ka, kb = b, a, kb, ka
-    acc = _low(em, 2 * w, _mul_steps(em, _ext(em, w, a, False, 64), ka, b, w, bits=kb))
+    na, nb = _bits(em, a, w), _bits(em, b, w)
+    if na < nb:                         # the operand with fewer bits is the multiplier
+        a, b, na, nb = b, a, nb, na
+    acc = _low(em, 2 * w, _mul_steps(em, _ext(em, w, a, False, 64), na, b, w, bits=nb))
     if signed:
-        for u, v, ku in ((a, b, ka), (b, a, kb)):
-            if ku < w:
+        for u, v, nu in ((a, b, na), (b, a, nb)):
+            if nu < w:
                 continue                # below 2^(w-1): never negative
             neg = _setp(em, "lt", f"s{w}", u, 0)
             high = _op(em, 2 * w, "shl", _ext(em, w, v, False, 2 * w), w)

@@ -1,18 +1,19 @@
 """Warp exchanges whose membermask is known when lowering and names only part of the warp:
-vote.sync and match.sync in divergent code (`if (lane < 16) __ballot_sync(0xffff, ..)`).
+shfl.sync, vote.sync and match.sync in divergent code (`if (lane < 16) __ballot_sync(0xffff, ..)`).
 
 The full-mask exchanges of warp_exchange wait at a barrier for every thread of the warp; a
 partial mask must wait for the threads it names only, which a barrier cannot do (the others
 may never come). The interpreter's rule (interp/machine.py): a thread at the instruction waits
 until every non-exited thread its membermask names has arrived at the same instruction; then
-it runs once for all of them. Here each exchange site (a source instruction) has a slot per
-thread of the block in shared memory (PARTIAL), and:
+it runs once for all of them. Here each exchange site (a source instruction) has, in each warp,
+a slot per lane of the mask's span (its lowest to highest lane) in shared memory (PARTIAL, after
+a GONE word per thread), and:
 
   1. The thread checks that its mask names it (the interpreter raises otherwise: a fault).
   2. It counts its arrivals at this site (c, kept in its own slot) and publishes its value with
      c: a vote's slot is one word c << 2 | v_c << 1 | v_(c-1) (this arrival's bit and the last
-     one's), a match's is c, then the value of arrivals of each parity (the count is stored
-     last, so a reader that sees it reads the value).
+     one's), a match's or shuffle's is c, then the value of arrivals of each parity (the count
+     is stored last, so a reader that sees it reads the value).
   3. For every lane j the mask names (that exists: a partial warp's missing lanes count as
      exited), it spins until j's count reaches c (j arrived: it takes part) or j has exited
      (GONE[j], set before every exit: j does not). A lane j may already be one arrival further
@@ -22,7 +23,9 @@ thread of the block in shared memory (PARTIAL), and:
      parity.
   4. From the taking-part lanes (`part`) and those whose value is true / equal to its own
      (`hit`): ballot = hit, any = hit != 0, all = hit == part, uni = hit in (0, part);
-     match.any = hit, match.all = part == hit ? mask : 0 and its predicate.
+     match.any = hit, match.all = part == hit ? mask : 0 and its predicate; a shuffle reads its
+     source lane's value (warp_exchange._shfl computes the lane; `read` faults where it does
+     not take part, as the interpreter raises).
 
 Every thread of a site uses the same constant mask, so the threads that run together are the
 interpreter's ready set: the mask's lanes that have not exited. Threads at different
@@ -33,21 +36,25 @@ from __future__ import annotations
 
 from gpu_layers.ptx.ir import Imm, Pair, Reg, Sink, VarDecl
 
-from .word_memory import fault_where, lane_id
+from .word_memory import fault_where, lane_id, thread_index, warp_first
 
 PARTIAL = "__mq_partial"          # GONE (a word per thread), then every site's slots
 FULL = 0xFFFFFFFF
 
 
-def mask_of(ins, constants) -> int | None:
-    """The membermask of a vote or match known when lowering (an immediate or a constant
-    register), else None."""
-    m = ins.operands[-1]
-    if isinstance(m, Imm):
-        return m.value & FULL
-    if isinstance(m, Reg) and m.name in constants:
-        return constants[m.name] & FULL
+def known(op, constants) -> int | None:
+    """The 32-bit value of an operand known when lowering (an immediate, or a register that is a
+    constant: gpu_layers.machine.remat.constants), else None."""
+    if isinstance(op, Imm):
+        return op.value & FULL
+    if isinstance(op, Reg) and op.name in constants:
+        return constants[op.name] & FULL
     return None
+
+
+def mask_of(ins, constants) -> int | None:
+    """The membermask of a shfl, vote or match known when lowering, else None."""
+    return known(ins.operands[-1], constants)
 
 
 def is_partial(ins, constants) -> bool:
@@ -120,19 +127,12 @@ def _slot_of(em, lane, lo, span, size) -> str:
     return at
 
 
-def _tid(em) -> str:
-    """The thread's index in the block, as operand a (%laneid in one warp, as warp_exchange)."""
-    return "%laneid" if em.warps == 1 else "%tid.x"
-
-
 def prologue(em, sites):
     """GONE[t] = 0 and, in every site whose span holds this thread's lane, its count 0 (read
     before any arrival)."""
-    zero, base = em.tmp(32), em.tmp(32)
+    zero = em.tmp(32)
     em.emit(f"mov.u32 {zero}, 0")
-    em.emit(f"mov.u32 {base}, {_tid(em)}")
-    gone = _times(em, base, 4)
-    em.emit(f"st.shared.u32 [{gone}+{sites.address}], {zero}")
+    em.emit(f"st.shared.u32 [{_gone_of_mine(em)}+{sites.address}], {zero}")
     lane = lane_id(em)
     for off, size, lo, span in sites.at.values():
         guard = ""
@@ -147,11 +147,14 @@ def prologue(em, sites):
 
 def mark_gone(em, sites, guard):
     """Before an exit (under its guard): GONE[t] = 1, so no partial exchange waits for it."""
-    one, base = em.tmp(32), em.tmp(32)
+    one = em.tmp(32)
     em.emit(f"mov.u32 {one}, 1")
-    em.emit(f"mov.u32 {base}, {_tid(em)}")
-    gone = _times(em, base, 4)
-    em.emit(f"{guard}st.shared.u32 [{gone}+{sites.address}], {one}")
+    em.emit(f"{guard}st.shared.u32 [{_gone_of_mine(em)}+{sites.address}], {one}")
+
+
+def _gone_of_mine(em) -> str:
+    """The byte offset of this thread's GONE word: 4 x its index in the block."""
+    return _times(em, thread_index(em), 4)
 
 
 class _Site:
@@ -216,11 +219,11 @@ def wait(em, s, compare):
     (compare) those whose value is true (vote) or equals this thread's (match)."""
     vote, size, lo, site = s.value is None, s.size, s.lo, s.site
     hi = lo + s.span - 1
-    first = em.tmp(32)
     if em.warps == 1:
+        first = em.tmp(32)
         em.emit(f"mov.u32 {first}, 0")
     else:
-        em.emit(f"and.b32 {first}, %tid.x, -32")
+        first = warp_first(em)
     end, j, jbit = em.tmp(32), em.tmp(32), em.tmp(32)
     em.emit(f"sub.u32 {end}, %ntid.x, {first}")            # the warp's lanes (the last may be partial)
     em.emit(f"min.u32 {end}, {end}, {hi + 1}")
@@ -311,7 +314,7 @@ def _vote_bit(em, ins) -> str:
 
 
 def _value_at(em, slot, c, w) -> str:
-    """The offset (from the site) of a match slot's value of arrival parity c & 1."""
+    """The offset (from the site) of a match's or shuffle's value of arrival parity c & 1."""
     par, at = em.tmp(32), em.tmp(32)
     em.emit(f"and.b32 {par}, {c}, 1")
     em.emit(f"shl.b32 {par}, {par}, {2 if w == 32 else 3}")

@@ -125,12 +125,5 @@ def _bound(ins, known, threads):
 def bits_below(known, x, w, threads=1024) -> int:
     """How many bits operand x (a register name or a number, as lower passes them) needs: k with
     x < 2^k, w when nothing smaller is known."""
-    if x.lstrip("-").isdigit():
-        v = int(x) & ((1 << w) - 1)
-    elif x == "%tid.x":
-        v = threads - 1
-    elif x == "%laneid":
-        v = 31
-    else:
-        v = known.get(x)
-    return w if v is None else min(w, max(1, v.bit_length()))
+    v = _of(Imm(int(x)) if x.lstrip("-").isdigit() else Reg(x), known, threads, w)
+    return min(w, max(1, v.bit_length()))

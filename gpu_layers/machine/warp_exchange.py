@@ -36,19 +36,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import Imm, Pair, Reg, Sink, VarDecl
+from gpu_layers.ptx.ir import Pair, Reg, Sink, VarDecl
 
 from . import partial_exchange
 from .liveness import _regs
-from .partial_exchange import is_partial
-from .word_memory import fault_where, lane_id
+from .partial_exchange import FULL, is_partial, known
+from .word_memory import fault_where, lane_id, thread_index, warp_first
 
 STAGE = "__mq_stage"             # 32 slots of 8 bytes: value | epoch << 32
 ACTIVE = "__mq_active"           # activemask: a word per lane
 EPOCH = "%mq_epoch"              # (shuffles this thread has taken part in) << 32, 64 bits
 EPOCH_ONE = 1 << 32
 HIGH_WORD = 0xFFFFFFFF00000000
-FULL = 0xFFFFFFFF
 
 
 def needs(ins) -> bool:
@@ -83,26 +82,13 @@ def prologue(em):
     """Epoch 0, and this lane's slot written (epoch 0: no exchange yet), so a vote reads a
     defined slot for a lane that exits before it."""
     em.emit(f"mov.b64 {EPOCH}, 0")
-    em.emit(f"st.shared.u64 [{_slot(em, _me(em))}], {EPOCH}")
-
-
-def _me(em) -> str:
-    """This thread's slot index: %laneid in one warp (the datapath reads it as the thread
-    index), %tid.x in a block of several warps (32 slots per warp). Operand a only."""
-    return "%laneid" if em.warps == 1 else "%tid.x"
+    em.emit(f"st.shared.u64 [{_slot(em, thread_index(em))}], {EPOCH}")
 
 
 def _lane(em) -> str:
     """The thread's lane in its warp, as an operand a: %laneid itself (one warp) or a register
     (word_memory.lane_id)."""
     return "%laneid" if em.warps == 1 else lane_id(em)
-
-
-def _warp_first(em) -> str:
-    """A register holding the slot index of lane 0 of this thread's warp (several warps)."""
-    first = em.tmp(32)
-    em.emit(f"and.b32 {first}, %tid.x, -32")
-    return first
 
 
 def expand(em, ins):
@@ -127,7 +113,7 @@ def _arrive(em, value, mask):
     """Steps 1-3: the barrier, the membermask check, this lane's slot = value | epoch << 32."""
     _wait(em, mask)
     em.emit(f"add.u64 {EPOCH}, {EPOCH}, {EPOCH_ONE}")
-    slot = _slot(em, _me(em))
+    slot = _slot(em, thread_index(em))
     em.emit(f"st.shared.u64 [{slot}], {EPOCH}")     # the epoch's high word, then the value's low one
     em.emit(f"st.shared.u32 [{slot}], {value}")
 
@@ -148,7 +134,7 @@ def _wait(em, mask):
         if em.warps == 1:            # (mask | ~((1 << n) - 1)) == ~0 (n >= 32: shl gives 0)
             em.emit(f"shl.b32 {bm}, 1, %ntid.x")
         else:                        # n = ntid - 32 W: the warp's threads
-            n = _warp_first(em)
+            n = warp_first(em)
             em.emit(f"sub.u32 {n}, %ntid.x, {n}")
             em.emit(f"shl.b32 {bm}, 1, {n}")
         em.emit(f"sub.u32 {bm}, {bm}, 1")
@@ -178,13 +164,8 @@ def folded_constants(kernel, movs, values) -> set:
 
 
 def _known(em, op):
-    """The 32-bit value of an operand known when lowering (an immediate, or a register that is a
-    constant: gpu_layers.machine.remat.constants), else None."""
-    if isinstance(op, Imm):
-        return op.value & FULL
-    if isinstance(op, Reg) and op.name in em.constants:
-        return em.constants[op.name] & FULL
-    return None
+    """The 32-bit value of an operand known when lowering (partial_exchange.known), else None."""
+    return known(op, em.constants)
 
 
 def _read(em, lane):
@@ -216,15 +197,7 @@ def _vote(em, ins):
     _arrive(em, word, mask)
     acc = em.tmp(64)
     em.emit(f"mov.b64 {acc}, 0")
-    at, end = _slot_range(em)
-    top = em.label()
-    em.place(top)
-    got, ok = _this_epoch(em, at)
-    em.emit(f"@{ok} or.b64 {acc}, {acc}, {got}")     # (the high words: this epoch, dropped)
-    em.emit(f"add.u32 {at}, {at}, 8")
-    more = em.tmp(1)
-    em.emit(f"setp.lt.u32 {more}, {at}, {end}")
-    em.emit(f"@{more} bra {top}")
+    _each_slot(em, lambda got, ok: em.emit(f"@{ok} or.b64 {acc}, {acc}, {got}"))   # (high words dropped)
     low = em.tmp(32)
     em.emit(f"cvt.u32.u64 {low}, {acc}")
     if mode == "ballot":
@@ -271,35 +244,38 @@ def _match(em, ins):
 def _gather(em, mine):
     """(hit, part) over this exchange's slots of the warp: lanes whose slot holds this epoch,
     and those of them whose value equals `mine`."""
-    at, end = _slot_range(em)
     hit, part, bit = em.tmp(32), em.tmp(32), em.tmp(32)
     em.emit(f"mov.u32 {hit}, 0")
     em.emit(f"mov.u32 {part}, 0")
     em.emit(f"mov.u32 {bit}, 1")
-    top = em.label()
-    em.place(top)
-    got, ok = _this_epoch(em, at)
-    em.emit(f"@{ok} or.b32 {part}, {part}, {bit}")
-    low, same = em.tmp(32), em.tmp(1)
-    em.emit(f"cvt.u32.u64 {low}, {got}")
-    em.emit(f"setp.eq.u32 {same}, {low}, {mine}")
-    em.emit(f"and.pred {same}, {same}, {ok}")
-    em.emit(f"@{same} or.b32 {hit}, {hit}, {bit}")
-    em.emit(f"add.u32 {at}, {at}, 8")
-    em.emit(f"shl.b32 {bit}, {bit}, 1")
-    more = em.tmp(1)
-    em.emit(f"setp.lt.u32 {more}, {at}, {end}")
-    em.emit(f"@{more} bra {top}")
+
+    def body(got, ok):
+        em.emit(f"@{ok} or.b32 {part}, {part}, {bit}")
+        low, same = em.tmp(32), em.tmp(1)
+        em.emit(f"cvt.u32.u64 {low}, {got}")
+        em.emit(f"setp.eq.u32 {same}, {low}, {mine}")
+        em.emit(f"and.pred {same}, {same}, {ok}")
+        em.emit(f"@{same} or.b32 {hit}, {hit}, {bit}")
+        em.emit(f"shl.b32 {bit}, {bit}, 1")
+    _each_slot(em, body)
     return hit, part
 
 
-def _this_epoch(em, at):
-    """(the slot at byte offset `at`, whether it is this exchange's: its lane takes part)."""
+def _each_slot(em, body):
+    """A loop over this warp's slots that exist: body(slot word, whether it is this exchange's,
+    i.e. its lane takes part), then the next slot."""
+    at, end = _slot_range(em)
+    top = em.label()
+    em.place(top)
     got, hi, ok = em.tmp(64), em.tmp(64), em.tmp(1)
     em.emit(f"ld.shared.u64 {got}, [{at}+{em.stage_address}]")
     em.emit(f"and.b64 {hi}, {got}, {HIGH_WORD}")
     em.emit(f"setp.eq.u64 {ok}, {hi}, {EPOCH}")
-    return got, ok
+    body(got, ok)
+    em.emit(f"add.u32 {at}, {at}, 8")
+    more = em.tmp(1)
+    em.emit(f"setp.lt.u32 {more}, {at}, {end}")
+    em.emit(f"@{more} bra {top}")
 
 
 def _slot_range(em):
@@ -311,7 +287,7 @@ def _slot_range(em):
         em.emit(f"mov.u32 {end}, %ntid.x")
         em.emit(f"shl.b32 {end}, {end}, 3")
     else:                                            # this warp's slots: 8 x (32 W .. 32 W + 31)
-        em.emit(f"shl.b32 {at}, {_warp_first(em)}, 3")
+        em.emit(f"shl.b32 {at}, {warp_first(em)}, 3")
         em.emit(f"mov.u32 {end}, %ntid.x")
         em.emit(f"shl.b32 {end}, {end}, 3")
         top = em.tmp(32)
@@ -342,7 +318,7 @@ def _activemask(em, ins):
     if em.warps == 1:
         em.emit(f"mov.u32 {base}, 0")
     else:
-        em.emit(f"shl.b32 {base}, {_warp_first(em)}, 2")
+        em.emit(f"shl.b32 {base}, {warp_first(em)}, 2")
     em.emit(f"mov.b64 {zero}, 0")
     for q in range(16):
         em.emit(f"st.shared.u64 [{base}+{em.active_address + 8 * q}], {zero}")
@@ -465,7 +441,7 @@ def _shfl(em, ins):
                                                                     "the membermask does not name it)"))
     else:
         if em.warps > 1:               # the source's slot: 32 W + its lane
-            first = _warp_first(em)
+            first = warp_first(em)
             em.emit(f"add.u32 {first}, {first}, {src}")
             src = first
         v, ok = _read(em, src)

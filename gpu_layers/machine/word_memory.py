@@ -215,6 +215,19 @@ def lane_loop(em, me, body, turns: int = TURNS, after=None):
     em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {free}")
 
 
+def thread_index(em) -> str:
+    """The thread's index in the block as operand a: %laneid in one warp (the datapath reads it
+    as the thread index), %tid.x in a block of several warps. Specials are operand a only."""
+    return "%laneid" if em.warps == 1 else "%tid.x"
+
+
+def warp_first(em) -> str:
+    """A register holding the block index of lane 0 of this thread's warp (several warps)."""
+    first = em.tmp(32)
+    em.emit(f"and.b32 {first}, %tid.x, -32")
+    return first
+
+
 def lane_id(em) -> str:
     """A register holding the thread's lane in its warp: %laneid (one warp: the datapath reads it
     as the thread index) or %tid.x & 31 (several warps; one-dimensional blocks). Specials are
