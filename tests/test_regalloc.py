@@ -279,3 +279,48 @@ def test_program_cache_keeps_what_is_in_use():
     for _ in range(300):
         program_for(parse_ptx(text).kernel())
         assert program_for(k0) is p0
+
+
+def test_copies_share_a_register_and_the_self_moves_go():
+    # %r2 copies %r1, which dies there: both get one machine register and the copy (a step and
+    # its value's <d> tokens) is dropped; the label on it names the next instruction, a branch
+    # to it still lands there
+    body = """\tmov.u32 \t%r1, %tid.x;
+\tsetp.lt.u32 \t%p1, %r1, 16;
+\t@%p1 bra \tL_copy;
+\tadd.u32 \t%r1, %r1, 100;
+L_copy:
+\tmov.u32 \t%r2, %r1;
+\tadd.u32 \t%r3, %r2, 1;
+\tst.global.u32 \t[%rd9], %r3;
+"""
+    k = _k(body)
+    ak, al = allocate(k)
+    assert al.mapping["%r1"] == al.mapping["%r2"]
+    assert not any(i.opcode == "mov" and i.operands[0] == i.operands[1] for i in ak.instructions)
+    assert len(ak.instructions) == len(k.instructions) - 1
+    assert ak.instructions[ak.labels["L_copy"]].opcode == "add"
+    want = [t + 1 + (100 if t >= 16 else 0) for t in range(32)]
+    for kk in (k, ak):
+        assert launch(kk, 1, 32, [np.zeros(32, np.int32)]).buffers[0].tolist() == want
+
+
+def test_dropping_self_moves_renumbers_what_names_an_instruction():
+    from dataclasses import replace
+
+    from gpu_layers.machine.regalloc import drop_self_moves
+    from gpu_layers.ptx.ir import Reg
+
+    k = _k("\tmov.u32 \t%r1, %tid.x;\nL_a:\n\tmov.u32 \t%r1, %r1;\n\tadd.u32 \t%r1, %r1, 1;\n"
+           "\tmov.u32 \t%r1, %r1;\n\tst.global.u32 \t[%rd9], %r1;\n")
+    n = len(k.instructions)
+    moves = [i for i, ins in enumerate(k.instructions) if ins.opcode == "mov" and ins.operands[0] == Reg("%r1")
+             and ins.operands[1] == Reg("%r1")]
+    assert len(moves) == 2
+    held = replace(k, calls=[(moves[0] - 1, moves[1] + 1, moves[0])], holds=frozenset({moves[1]}),
+                   checks={n - 1: "a check"})
+    d = drop_self_moves(held)
+    assert len(d.instructions) == n - 1                 # the held move stays (its index means a turn)
+    assert d.labels["L_a"] == moves[0] and d.instructions[moves[0]].opcode == "add"
+    assert d.calls == [(moves[0] - 1, moves[1], moves[0])] and d.holds == frozenset({moves[1] - 1})
+    assert d.checks == {n - 2: "a check"}

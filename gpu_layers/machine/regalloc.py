@@ -165,15 +165,33 @@ def _order(kernel, lv, graph) -> list:
     return order
 
 
-def _greedy(order, graph) -> dict:
+def _greedy(order, graph, related=None) -> dict:
+    """First-fit coloring in `order`; with `related` ({register: registers a mov copies it to or
+    from}), a register takes a related one's color where it is free (never a new color), so the
+    copy between them becomes a `mov %x, %x` that drop_self_moves removes."""
     color = {}
     for r in order:
         taken = {color[n] for n in graph[r] if n in color}
-        c = 0
-        while c in taken:
-            c += 1
+        c = next((color[m] for m in (related or {}).get(r, ()) if m in color and color[m] not in taken), None)
+        if c is None:
+            c = 0
+            while c in taken:
+                c += 1
         color[r] = c
     return color
+
+
+def _moves(kernel, graph) -> dict:
+    """{register: the registers a plain register-to-register mov copies it to or from}."""
+    related = {}
+    for ins in kernel.instructions:
+        ops = ins.operands
+        if ins.opcode == "mov" and len(ops) == 2 and all(isinstance(x, Reg) and x.name in graph for x in ops):
+            a, b = ops[0].name, ops[1].name
+            if a != b:
+                related.setdefault(a, []).append(b)
+                related.setdefault(b, []).append(a)
+    return related
 
 
 def _dsatur(nodes, graph) -> dict:
@@ -193,9 +211,9 @@ def _dsatur(nodes, graph) -> dict:
     return color
 
 
-def _color_pool(nodes, graph, bound) -> dict:
+def _color_pool(nodes, graph, bound, related=None) -> dict:
     best = None
-    for attempt in (lambda: _greedy(nodes, graph), lambda: _dsatur(nodes, graph),
+    for attempt in (lambda: _greedy(nodes, graph, related), lambda: _greedy(nodes, graph), lambda: _dsatur(nodes, graph),
                     lambda: _greedy(list(reversed(nodes)), graph)):
         col = attempt()
         used = 1 + max(col.values(), default=-1)
@@ -247,6 +265,7 @@ def allocate(kernel, slots: int = 32):
     lv = liveness(kernel)
     graph = interference(kernel, lv)
     order = _order(kernel, lv, graph)
+    related = _moves(kernel, graph)
     odd = sorted(r for r in order if lv.width[r] not in POOLS)
     if odd:
         raise ValueError(f"registers of a width without a pool: {odd}")
@@ -257,7 +276,7 @@ def allocate(kernel, slots: int = 32):
             continue
         bound[w] = lv.max_live(w)
         floor[w] = _floor(kernel, lv, w)
-        col = _color_pool(nodes, graph, floor[w])
+        col = _color_pool(nodes, graph, floor[w], related)
         counts[w] = 1 + max(col.values())
         for r, c in col.items():
             mapping[r] = f"{prefix}{c}"
@@ -266,7 +285,7 @@ def allocate(kernel, slots: int = 32):
     if sum(counts.values()) > slots:
         lvx = liveness(kernel, through_returns=True)      # a routine's results, live to its returns
         gx = interference(kernel, lvx, cross_width=True)
-        col = _color_pool(_order(kernel, lvx, gx), gx, lvx.max_live())
+        col = _color_pool(_order(kernel, lvx, gx), gx, lvx.max_live(), _moves(kernel, gx))
         if max(col.values()) < slots:
             joint = True
             mapping = {r: f"{POOLS[lv.width[r]][1]}{c}" for r, c in col.items()}
@@ -276,8 +295,39 @@ def allocate(kernel, slots: int = 32):
     out = replace(kernel, regs=[RegDecl(type=POOLS[w][0], names=names[w], line=0) for w in sorted(counts)],
                   instructions=[_rename(ins, mapping) for ins in kernel.instructions],
                   labels=dict(kernel.labels), directives=list(kernel.directives))
+    out = drop_self_moves(out)
     validate(in_own_module(out, kernel).module, out.name)
     return out, Allocation(counts, mapping, bound, floor, joint)
+
+
+def drop_self_moves(kernel):
+    """The kernel without its `mov %x, %x` instructions: the coloring gives an argument copy and
+    the register it copies one machine register when their live ranges only touch, and such a
+    copy is a step (and its value's <d> tokens) that changes nothing, poison included. Kept:
+    moves whose index means more than a place (a held turn, a warp barrier, a check, a return);
+    a label or a call's return point on a dropped move names the next instruction."""
+    pinned = set(kernel.holds) | set(kernel.warp_barriers) | set(kernel.checks) | set(kernel.returns)
+    drop = {i for i, ins in enumerate(kernel.instructions)
+            if ins.opcode == "mov" and i not in pinned and len(ins.operands) == 2
+            and isinstance(ins.operands[0], Reg) and ins.operands[0] == ins.operands[1]}
+    if not drop:
+        return kernel
+    new, kept = [], 0
+    for i in range(len(kernel.instructions) + 1):
+        new.append(kept)
+        if i < len(kernel.instructions) and i not in drop:
+            kept += 1
+
+    def at(i):
+        return new[i]
+
+    return replace(kernel, instructions=[ins for i, ins in enumerate(kernel.instructions) if i not in drop],
+                   labels={k: at(v) for k, v in kernel.labels.items()},
+                   calls=[tuple(at(i) for i in call) for call in kernel.calls],
+                   returns=frozenset(at(i) for i in kernel.returns),
+                   holds=frozenset(at(i) for i in kernel.holds),
+                   warp_barriers=frozenset(at(i) for i in kernel.warp_barriers),
+                   checks={at(i): v for i, v in kernel.checks.items()})
 
 
 def _rename(ins, mapping):
