@@ -11,7 +11,7 @@ from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import lower
 from gpu_layers.machine.definedness import defined
-from gpu_layers.machine.float_forms import compare, normal_operands
+from gpu_layers.machine.float_forms import compare, normal_operands, operands, operands64
 from gpu_layers.ptx.parser import parse_ptx
 
 
@@ -173,3 +173,92 @@ def test_64_bit_division_branches_on_a_defined_divisor_whatever_the_dividend():
     for x in (k, mk):
         with pytest.raises(UninitializedRead, match=r"thread \(1,0,0\)"):
             launch(x, 1, 4, [np.zeros(4, np.uint64), inp.copy()])
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+@pytest.mark.parametrize("form", FAST)
+def test_fast_entries_written_out_at_their_sites_match_the_interpreter(form, guarded):
+    """lower(inline_floats=True): the fast code at the site, the general entry called where it
+    falls back; the lanes wait at the site's leaf of the return tree (a site every lane of the
+    warp reaches) or go on at once (guarded: a site under a branch). Special operands mixed with
+    normal ones in every lane group, so both ways run in one warp."""
+    wide = form.endswith("f64")
+    A, B, C = (operands64 if wide else operands)(600, np.random.default_rng(12))
+    want, got, _ = compare(form, A, B, C, inline_floats=True, guarded=guarded)
+    wrong = np.nonzero(want != got)[0]
+    assert wrong.size == 0, [(hex(A[i % A.size]), hex(B[i % A.size]), hex(C[i % A.size]), hex(want[i]),
+                              hex(got[i])) for i in wrong[:5]]
+
+
+def test_written_out_fast_code_is_what_normal_operands_run():
+    """Normal operands: the fast code at the site and the leaf's two branches; no argument
+    copies, no return tree (the call's fast entry: argument copies, the branch, the tree)."""
+    vals = np.array([1.5, -3.25, 1e-3, 7e4, -2.5e-7, 0.1, 33.0, -1.75], np.float32)
+    rng = np.random.default_rng(5)
+    A, B, C = (rng.permutation(np.tile(vals, 8)).view(np.uint32) for _ in range(3))
+    for form in ("add.rn.f32", "mul.rn.f32", "fma.rn.f32"):
+        w1, g1, called = compare(form, A, B, C)
+        w2, g2, inline = compare(form, A, B, C, inline_floats=True)
+        _, _, straight = compare(form, A, B, C, inline_floats=True, guarded=True)
+        assert (w1 == g1).all() and (w2 == g2).all()
+        assert inline < called and straight <= inline - 1, (form, called, inline, straight)
+
+
+def test_return_tree_is_the_cheapest_for_the_weights():
+    from gpu_layers.machine.softfloat import return_tree
+
+    def steps(node, own, depth=0):          # {site: steps of its return}
+        if isinstance(node, int):
+            return {node: depth + 1}
+        m, left, right = node
+        out = steps(right, own, depth + 2)
+        out.update({left: depth + 2} if isinstance(left, int) and left not in own else steps(left, own, depth + 2))
+        return out
+
+    def trees(lo, hi):
+        if hi - lo == 1:
+            yield lo
+            return
+        for m in range(lo + 1, hi):
+            for left in trees(lo, m):
+                for right in trees(m, hi):
+                    yield (m, left, right)
+
+    rng = np.random.default_rng(3)
+    for n in range(1, 7):
+        for _ in range(4):
+            w = [int(x) for x in rng.choice([1, 16], n)]
+            own = {int(x) for x in np.nonzero(rng.random(n) < 0.3)[0]}
+            t = return_tree(w, own)
+            s = steps(t, own)
+            assert sorted(s) == list(range(n))
+            cost = sum(w[k] * s[k] for k in s)
+            assert cost == min(sum(w[k] * v for k, v in steps(x, own).items()) for x in trees(0, n))
+    assert max(steps(return_tree([1] * 32), set()).values()) <= 2 * 5 + 1     # a binary search
+
+
+def test_the_cores_lowering_of_every_float_case_matches_the_original():
+    """core.machine_kernel takes the first of its lowerings that fits (fast entries written out
+    at their sites first): every suite and gpu-truth case with float arithmetic, outputs bit for
+    bit equal to the original kernel's."""
+    from gpu_layers.errors import QwenGPUError
+    from gpu_layers.interp import launch_args, module_for
+    from gpu_layers.machine.core import machine_kernel
+    from gpu_layers.suite import with_gpu_truth
+
+    ran = 0
+    for c in with_gpu_truth():
+        k = module_for(c.ptx()).kernel(c.kernel)
+        if not any(i.types and i.types[-1] in ("f32", "f64") and i.opcode in ("add", "sub", "mul", "fma",
+                                                                           "div", "sqrt", "rcp", "atom", "red")
+                   for i in k.instructions):
+            continue
+        try:
+            mk, grid, block = machine_kernel(k, c.grid, c.block, launch_args(c))
+        except QwenGPUError:
+            continue
+        a = launch(k, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes).buffers
+        b = launch(mk, grid, block, launch_args(c), c.dynamic_shared_bytes).buffers
+        assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b)), c.name
+        ran += 1
+    assert ran >= 25, ran

@@ -193,15 +193,6 @@ class Core(CompiledCircuit):
     token_error: ClassVar[type] = CoreError
 
 
-# lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
-# written out or in loops, conversions inline or as routines, and within each the float
-# routines' fast entries, all, those of the smaller routines, add only, none (machine_kernel
-# takes the first whose allocated program fits)
-_FAST = (True, frozenset({"add", "mul", "div"}), frozenset({"add"}), False)
-_LOWERINGS = tuple({**o, "fast_floats": f} for o in ({"straight_steps": True}, {}, {"cvt_routines": True})
-                   for f in _FAST)
-
-
 def machine_kernel(kernel, grid, block, args=()):
     """A PTX kernel and its launch as the core runs them: (machine code, grid, block).
 
@@ -215,17 +206,17 @@ def machine_kernel(kernel, grid, block, args=()):
     them, the cheapest first) are computed again after those calls or before their readers
     (gpu_layers.machine.remat) and the kernel allocated again. The machine's multiply and divide
     steps are written out (lower's straight_steps) and the float routines get their fast entries
-    (gpu_layers.machine.fast_paths) unless the code is then longer than the program memory (PCS);
+    (gpu_layers.machine.fast_paths), written out at their sites (lower's inline_floats) unless
+    the code is then longer than the program memory (PCS), else called;
     then the fast entries go (the largest first), then the steps loop, and if it is still
     longer, the float conversions become calls of routines with the mode in a register
-    (gpu_layers.machine.cvt_routines): _LOWERINGS. Refused by name: more than THREADS threads per block; in a block of several warps,
+    (gpu_layers.machine.cvt_routines): lower.LOWERINGS. Refused by name: more than THREADS threads per block; in a block of several warps,
     what the one-warp lowering makes a sequence (atomics, sub-word, vector and local accesses,
     shuffles, votes); sub-word accesses with a buffer that is not whole 32-bit words (a byte's
     word would be out of range where the byte is not)."""
     from gpu_layers.machine.flatten import flatten_launch, launch_constants
-    from gpu_layers.machine.lower import lower
+    from gpu_layers.machine.lower import LOWERINGS, lower
     from gpu_layers.machine.regalloc import allocate
-    from gpu_layers.machine.remat import rematerialize
 
     flat, grid, block = flatten_launch(kernel, grid, block)
     flat = launch_constants(flat, grid, block)
@@ -241,9 +232,9 @@ def machine_kernel(kernel, grid, block, args=()):
     warps = -(-block[0] // 32)
     if warps > 1:
         _check_several_warps(flat, block[0])
-    for opts in _LOWERINGS:                   # the first that fits the program memory, allocated
+    for opts in LOWERINGS:                    # the first that fits the program memory, allocated
         code = lower(flat, one_warp=True, warps=warps, threads=block[0], **opts)
-        if len(code.instructions) > PCS and opts is not _LOWERINGS[-1]:
+        if len(code.instructions) > PCS and opts is not LOWERINGS[-1]:
             continue
         mk, _ = allocate(code)
         if _slots_needed(mk) > R.REGS:        # invariants computed again after calls instead

@@ -24,7 +24,8 @@ inline forms do.
 from __future__ import annotations
 
 from gpu_layers.machine.softfloat import (F32, F64, FORMATS, MODES, _B, _fields, _is_nan, _M, _rmode,
-                                          _round_pack, _routines, _val, _write, emit_returns)
+                                          _round_pack, _routines, _val, _write, emit_returns,
+                                          site_weight)
 
 _INT_MODES = {"rni": "rn", "rzi": "rz", "rmi": "rm", "rpi": "rp"}
 
@@ -40,6 +41,7 @@ class _Routine:
         self.out = em.tmp(32 if kind == "narrow" else 64)
         self.entry = em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
+        self.weights = []       # per call site: how often it runs, roughly (softfloat.site_weight)
         self.returns = []       # indices of the routine's return branches
 
     def call(self, em, mode: str | None, **values) -> str:
@@ -52,6 +54,7 @@ class _Routine:
             em.emit(f"mov.b32 {self.mode}, {MODES[mode]}")
         em.emit(f"mov.b32 {self.ret}, {k}")
         self.sites.append((len(em.code), self.entry, back))
+        self.weights.append(site_weight(em))
         em.emit(f"bra {self.entry}")
         em.place(back)
         return self.out

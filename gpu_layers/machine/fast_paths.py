@@ -38,6 +38,31 @@ def entries(r) -> list:
             for name, emit, general in ops for directed in (False, True)]
 
 
+# the argument registers a site calling a fast entry leaves alone: the entry does not read them,
+# and its way to the general entry (fallback) sets them. A rounding-to-nearest entry never reads
+# the mode; mul, div and sqrt never read the addend c (the general entry adds c: -0, or +0 when
+# rounding down, so the product, quotient or root is unchanged)
+def site_skips(name: str, directed: bool) -> set:
+    """Which of "mode" and "c" a call site of fast entry (name, directed) does not set."""
+    out = set() if directed else {"mode"}
+    if name in ("mul", "div", "sqrt"):
+        out.add("c")
+    return out
+
+
+def fallback(B: _B, r, name: str, directed: bool, general) -> None:
+    """The way from fast entry (name, directed) to the general entry: set what its sites skip
+    (site_skips), then branch."""
+    F, skips = r.F, site_skips(name, directed)
+    if "mode" in skips:
+        B.em.emit(f"mov.b32 {r.mode}, 0")
+    if "c" in skips and not directed:
+        B.em.emit(f"mov.b{F.w} {r.c}, {F.sign}")
+    elif "c" in skips:                                  # +0 rounding down (mode 2), else -0
+        B.em.emit(f"selp.b{F.w} {r.c}, 0, {F.sign}, {B.setp('eq', 'u32', r.mode, 2)}")
+    B.em.emit(f"bra {general}")
+
+
 def labels(em) -> dict:
     """(op, directed) -> a fresh label, for one routine's fast entries."""
     return {(op, d): em.label() for op in ("add", "mul", "fma", "div", "sqrt") for d in (False, True)}
@@ -336,3 +361,8 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     e1 = B.add(32, B.sub(32, half, n), 61 + F.bias)
     mag_out = _pack(B, F, e1, sig, up, 64)
     _finish(B, r, [], r.a, mag_out, general, back)
+
+
+# each entry's emitter and the operands it reads (softfloat._inline writes one out at a site)
+EMITTERS = {"add": emit_add, "mul": emit_mul, "fma": emit_fma, "sqrt": emit_sqrt, "div": emit_div}
+READS = {"add": "ac", "mul": "ab", "fma": "abc", "sqrt": "a", "div": "ab"}    # the operands each reads

@@ -310,13 +310,23 @@ def _run(ptx_kernel, A, B, C):
         res.lane_issues
 
 
-def compare(form: str, A, B, C, cvt_routines: bool = False):
+def compare(form: str, A, B, C, cvt_routines: bool = False, inline_floats: bool = False,
+            guarded: bool = False):
     """(the interpreter's result bits for `form`, those of its lowering, the machine instructions
     one thread executes for the form: every thread runs the same path, in full groups). A, B, C:
     uint32 for an f32 form (`operands`), uint64 for an f64 form (`operands64`). cvt_routines: a
-    conversion through gpu_layers.machine.cvt_routines' routine (lower(cvt_routines=True))."""
+    conversion through gpu_layers.machine.cvt_routines' routine (lower(cvt_routines=True));
+    inline_floats: lower(inline_floats=True, straight_steps=True), the core's first lowering;
+    guarded: an arithmetic form runs in three lanes of four only (a forward branch skips it and
+    its store where tid % 4 == 0: the site is in a divergent region)."""
     assert A.dtype == (np.uint64 if is64(form) else np.uint32), (form, A.dtype)
-    k = parse_ptx(kernel_for(form)).kernel()
+    text = kernel_for(form)
+    if guarded:
+        op = next(line for line in text.splitlines() if line.startswith(f"\t{form} "))
+        text = text.replace(op, "\tand.b32 \t%r20, %r3, 3;\n\tsetp.eq.u32 \t%p9, %r20, 0;\n"
+                            "\t@%p9 bra \t$L_skip;\n" + op).replace("\tret;", "$L_skip:\n\tret;")
+    k = parse_ptx(text).kernel()
     want, base = _run(k, A, B, C)
-    got, steps = _run(lower(k, cvt_routines=cvt_routines), A, B, C)
+    opts = {"inline_floats": True, "straight_steps": True} if inline_floats else {}
+    got, steps = _run(lower(k, cvt_routines=cvt_routines, **opts), A, B, C)
     return want, got, (steps - base) * 4 / A.size + 1

@@ -98,8 +98,20 @@ def machine_problems(kernel) -> list[str]:
             for ins in kernel.instructions if not _is_machine_form(ins) and _expansion(ins) is None]
 
 
+# lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
+# written out or in loops, conversions inline or as routines, and within each the float
+# routines' fast entries, all, those of the smaller routines, add only, none, each written out
+# at its sites first (inline_floats). core.machine_kernel takes the first whose allocated
+# program fits (kept here, not in core.py, whose source keys the compiled core's cache)
+_FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add"}), False)
+LOWERINGS = tuple(x for o in ({"straight_steps": True}, {}, {"cvt_routines": True}) for f in _FAST_SETS
+               for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())
+               + ({**o, "fast_floats": f},))
+
+
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
-          straight_steps: bool = False, fast_floats=True, threads: int | None = None) -> Kernel:
+          straight_steps: bool = False, fast_floats=True, threads: int | None = None,
+          inline_floats: bool = False) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -114,7 +126,9 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     where they run often: in the float routines and inside the source's loops. `fast_floats`
     (True, False, or a set of "add", "mul", "fma", "div"): float sites of those operations whose
     operands are proven defined call the routines' fast entries (gpu_layers.machine.fast_paths:
-    fewer steps, more instructions). `threads`: the block's threads, when the code is for a launch
+    fewer steps, more instructions); `inline_floats`: those fast entries written out at each site
+    instead (softfloat._inline: no argument copies, no branch and return chain; more
+    instructions). `threads`: the block's threads, when the code is for a launch
     of that block (its %tid.x bound shortens multiplies, gpu_layers.machine.ranges; local memory has a frame for
     each, up to 32).
 
@@ -128,9 +142,11 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em = _Emitter(kernel, one_warp)
     em.straight = straight_steps
     em.looped = _in_loops(kernel)
+    em.divergent = _divergent(kernel)
     em.warps = warps
     em.cvt_routines = cvt_routines
     em.fast_floats = fast_floats
+    em.inline_floats = inline_floats
     em.threads = threads or em.threads
     em.bounds = ranges.bounds(kernel, em.threads)
     frames = word_memory.local_frames(kernel, threads or 32) if one_warp else None
@@ -266,6 +282,8 @@ class _Emitter:
         self.local_masks = None     # local memory's mask offset in a frame (word_memory.local_frames)
         self.straight = False       # multiply / divide steps written out (lower's straight_steps)
         self.fast_floats = False    # which float sites may call the routines' fast entries (lower's fast_floats)
+        self.inline_floats = False  # fast entries written out at their sites (lower's inline_floats)
+        self.inlining = False       # emitting such an entry now (its steps written out as the routine's)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
@@ -638,8 +656,9 @@ def machine_steps(em, n, unroll, step):
 
 def _written_out(em) -> bool:
     """Whether machine steps at this point are written out (straight_steps, and the code runs
-    often: a float routine, or a source instruction inside a loop)."""
-    return em.straight and (em.index is None or em.index in em.looped)
+    often: a float routine or its fast entry written out at a site, or a source instruction
+    inside a loop)."""
+    return em.straight and (em.index is None or em.index in em.looped or em.inlining)
 
 
 def _dsteps(em, rx, bm, skip=False):
@@ -941,6 +960,18 @@ def _udivrem(em, w, a, b, quotient=True, wide_divisor=False, skip=False) -> tupl
             em.emit(f"selp.b{w} {x}, {less}, {x}, {take}")
     _counted_loop(em, bits // UNROLL, lambda: [step() for _ in range(UNROLL)])
     return (x if quotient else None), r
+
+
+def _divergent(kernel) -> set:
+    """Indices of the source instructions where part of a warp may be elsewhere: inside a loop or
+    between a guarded forward branch and its target."""
+    out = _in_loops(kernel)
+    for j, ins in enumerate(kernel.instructions):
+        if ins.opcode == "bra" and ins.operands and ins.guard is not None:
+            t = kernel.labels.get(str(ins.operands[-1]))
+            if t is not None and t > j:
+                out.update(range(j + 1, t))
+    return out
 
 
 def _in_loops(kernel) -> set:

@@ -13,9 +13,11 @@ both formats (`Fmt`: the instruction's type picks F32 or F64).
 add, sub, mul, fma, div, rcp and sqrt share one **subroutine** per format (`emit_routines`),
 emitted once after the kernel's code: each site moves its operands into the argument registers,
 names itself in a return register (a constant, so the return branch never depends on data) and
-branches to an entry; the routine ends in a chain of compares that branches back to the site. A
-kernel with many float operations therefore pays for the routine's code once (the core's program
-holds 512 PCs). Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special
+branches to an entry; the routine ends in a tree of compares (`emit_returns`, about 2 log2(sites)
+steps) that branches back to the site. A kernel with many float operations therefore pays for
+the routine's code once (the core's program holds 1,024 PCs). Where the program still fits,
+`lower(inline_floats=True)` writes each site's fast entry (fast_paths.py) out at the site on the
+site's own registers instead (`_inline`): only the lanes that fall back call the routine. Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special
 cases, and one common part adds the addend c and rounds once, in the mode held in a register (0
 rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
 
@@ -484,6 +486,10 @@ class _FloatRoutine:
         self.fast = fast_paths.labels(em)
         self.back = em.label()
         self.sites = []         # per call site k: (index of its bra, entry label, return label)
+        self.weights = []       # per call site: how often it runs, roughly (site_weight)
+        self.jumps = []         # fast code written out at a site (_inline): its branches to its
+        #                         leaf of the return tree, as calls (index, leaf label, return label)
+        self.leaves = {}        # site -> the label of its leaf (sites with fast code written out)
         self.returns = []       # indices of the routine's return branches
 
 
@@ -498,21 +504,78 @@ def has_routines(em) -> bool:
     return bool(getattr(em, "float_routines", None))
 
 
-def _call(em, entry, a, b, c, mode, F=F32) -> str:
+def _call(em, entry, a, b, c, mode, F=F32, divergent=False) -> str:
     """Branch to the routine's `entry` ("fma", "add", "div", "sqrt", or a fast entry's (op,
-    directed): fast_paths.py) with these operands; the result register."""
+    directed): fast_paths.py) with these operands; the result register. A fast entry is written
+    out at the site instead where the kernel is lowered with inline_floats (_inline); `divergent`:
+    the site runs with part of its warp elsewhere (an atomic's turn)."""
     rs = _routines(em)
     r = rs.get(F.name) or rs.setdefault(F.name, _FloatRoutine(em, F))
+    if isinstance(entry, tuple) and getattr(em, "inline_floats", False):
+        reads = fast_paths.READS[entry[0]]
+        if all(isinstance(v, str) for v, n in ((a, "a"), (b, "b"), (c, "c")) if n in reads):
+            return _inline(em, r, entry, a, b, c, mode, divergent or em.index in em.divergent)
     k = len(r.sites)
     back = em.label()
-    for reg, v in ((r.a, a), (r.b, b), (r.c, c)):
-        if v is not None:
+    skips = fast_paths.site_skips(*entry) if isinstance(entry, tuple) else set()
+    for reg, v, name in ((r.a, a, "a"), (r.b, b, "b"), (r.c, c, "c")):
+        if v is not None and name not in skips:
             em.emit(f"mov.b{F.w} {reg}, {v}")
-    em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
+    if "mode" not in skips:
+        em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
     em.emit(f"mov.b32 {r.ret}, {k}")
     target = r.fast[entry] if isinstance(entry, tuple) else getattr(r, entry)
     r.sites.append((len(em.code), target, back))
+    r.weights.append(site_weight(em))
     em.emit(f"bra {target}")
+    em.place(back)
+    return r.out
+
+
+class _Site:
+    """A fast entry's view of routine r at one site (_inline): the site's operand registers in
+    place of the routine's argument registers; the mode register and the result are r's."""
+
+    def __init__(self, r, a, b, c):
+        self.F, self.mode, self.out = r.F, r.mode, r.out
+        self.a, self.b, self.c = a, b, c
+
+
+def _inline(em, r, entry, a, b, c, mode, divergent) -> str:
+    """A fast entry written out at the site, on the site's own registers: no argument copies and
+    no return tree for the lanes it serves. Where it falls back, the lanes call the general entry
+    with every argument set (a call site of the routine). The fast lanes wait at this site's leaf
+    of the return tree (its `bra` back, after the routine: emit_returns), where the general
+    lanes arrive through the tree, so the warp goes on together (a join before the routine would
+    let the fast lanes run ahead of the others under the cursor rule). Both leave the result in
+    r.out. Every branch but the leaf's is forward."""
+    name, directed = entry
+    F = r.F
+    back, way = em.label(), em.label()
+    leaf = None if divergent else em.label()
+    if directed:                                 # the directed entries round by the mode register
+        em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
+    start = len(em.code)
+    em.inlining = True
+    try:
+        fast_paths.EMITTERS[name](_B(em), _Site(r, a, b, c), way, leaf or back, directed=directed)
+    finally:
+        em.inlining = False
+    if leaf is not None:
+        r.jumps += [(i, leaf, back) for i in range(start, len(em.code))      # calls of the leaf
+                    if em.code[i].opcode == "bra" and em.code[i].operands[0].name == leaf]
+        r.leaves[len(r.sites)] = leaf
+    em.place(way)
+    for reg, v in ((r.a, a), (r.b, b), (r.c, c)):
+        if v is not None:
+            em.emit(f"mov.b{F.w} {reg}, {v}")
+    if not directed:
+        em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
+    em.emit(f"mov.b32 {r.ret}, {len(r.sites)}")
+    general = r.fma if name == "mul" else getattr(r, name)
+    r.sites.append((len(em.code), general, back))
+    r.weights.append(site_weight(em))
+    em.emit(f"bra {general}")
     em.place(back)
     return r.out
 
@@ -563,10 +626,17 @@ def emit_routines(em) -> None:
         Wd = _words(B, r.F)
         f = _Frame(em, Wd, r.F)
         used = {target for _, target, _ in r.sites}         # only the entries some site calls
+        which = {lab: key for key, lab in r.fast.items()}
         for lab, emit, general in fast_paths.entries(r):    # first: they branch forward only
             if lab in used:
                 em.place(lab)
-                emit(B, r, general, r.back)
+                way = general
+                if fast_paths.site_skips(*which[lab]):       # through what its sites skip
+                    way = em.label()
+                emit(B, r, way, r.back)
+                if way != general:
+                    em.place(way)
+                    fast_paths.fallback(B, r, *which[lab], general)
                 used.add(general)
         common = em.label()
         entries = [(lab, emit) for lab, emit in ((r.add, _emit_addend), (r.div, _emit_quotient),
@@ -584,17 +654,66 @@ def emit_routines(em) -> None:
 
 
 def emit_returns(B, r):
-    """The chain of returns to routine r's call sites (r.sites, r.ret: the site's number, a
-    constant), each return branch's index recorded in r.returns (Kernel.returns)."""
+    """The returns to routine r's call sites (r.sites, r.ret: the site's number, a constant), each
+    return branch's index recorded in r.returns (Kernel.returns): a tree of `ret < m` tests, the
+    cheapest for the sites' weights (r.weights: a site inside a loop runs more often), so a
+    return costs about 2 log2(sites) steps, not up to 2 sites (return_tree). A site in r.leaves
+    has a leaf of its own (an unconditional `bra`, labelled: its fast lanes wait there)."""
     em = B.em
-    for k, (_, _, back) in enumerate(r.sites):
-        if k < len(r.sites) - 1:
-            p = B.setp("eq", "u32", r.ret, k)
+    backs = [back for _, _, back in r.sites]
+    leaves = getattr(r, "leaves", {})
+
+    def emit(node):
+        if isinstance(node, int):
+            if node in leaves:
+                em.place(leaves[node])
             r.returns.append(len(em.code))
-            em.emit(f"@{p} bra {back}")
-        else:
+            em.emit(f"bra {backs[node]}")
+            return
+        m, left, right = node
+        p = B.setp("lt", "u32", r.ret, m)
+        direct = isinstance(left, int) and left not in leaves
+        lab = None if direct else em.label()
+        if direct:                               # a single site on the left: its return itself
             r.returns.append(len(em.code))
-            em.emit(f"bra {back}")
+        em.emit(f"@{p} bra {backs[left] if direct else lab}")
+        emit(right)
+        if not direct:
+            em.place(lab)
+            emit(left)
+
+    emit(return_tree(getattr(r, "weights", None) or [1] * len(backs), set(leaves)))
+
+
+def site_weight(em) -> int:
+    """A call site's weight for the return tree: 16 inside a loop of the source, else 1."""
+    return 16 if em.index is not None and em.index in em.looped else 1
+
+
+def return_tree(weights, own=frozenset()) -> int | tuple:
+    """The cheapest tree of `ret < m` tests over sites 0..n-1 in order (a leaf: the site's number;
+    a node: (m, left: sites < m, right)): a test is two steps (setp, a branch) for every site
+    below it, a leaf one more (its branch), except a leaf on the left not in `own` (the test's
+    branch is its return). Interval dynamic programming, by the sites' weights."""
+    n = len(weights)
+    pre = [0]
+    for x in weights:
+        pre.append(pre[-1] + x)
+    best = {}
+
+    def cost(lo, hi):
+        if hi - lo == 1:
+            return weights[lo], lo
+        if (lo, hi) not in best:
+            opts = []
+            for m in range(lo + 1, hi):
+                left = 0 if m - lo == 1 and lo not in own else cost(lo, m)[0]
+                opts.append((2 * (pre[hi] - pre[lo]) + left + cost(m, hi)[0], m))
+            c, m = min(opts)
+            best[lo, hi] = (c, (m, lo if m - lo == 1 else cost(lo, m)[1], cost(m, hi)[1]))
+        return best[lo, hi]
+
+    return cost(0, n)[1]
 
 
 def _emit_addend(B, Wd, r, f):
@@ -824,7 +943,7 @@ def call_table(em) -> tuple[list, frozenset]:
     """(Kernel.calls, Kernel.returns) of the lowered kernel."""
     calls, returns = [], set()
     for r in _routines(em).values():
-        calls += [(i, em.labels[e], em.labels[b]) for i, e, b in r.sites]
+        calls += [(i, em.labels[e], em.labels[b]) for i, e, b in r.sites + getattr(r, "jumps", [])]
         returns |= set(r.returns)
     return calls, frozenset(returns)
 
@@ -1019,7 +1138,7 @@ def _fatom_cas(em, ins, F, B, addr, src, space) -> str:
     a = _ftz(B, old) if F is F32 else old
     # a global word's old value is defined (a load or cas of a buffer), b is the operand
     new = _call(em, _entry(em, "add", "rn", [src] if space == ".global" else [a, src], F), a, None, b,
-                "rn", F)
+                "rn", F, divergent=True)
     if F is F32:
         new = _ftz(B, new)
     em.emit(f"{cas} {got}, {addr}, {old}, {new}")
@@ -1054,7 +1173,7 @@ def _fatom_turns(em, ins, F, B, addr, src, space) -> str:
     entry = _entry(em, "add", "rn", [], F)
 
     def add(x):
-        out = _call(em, entry, _ftz(B, x) if F is F32 else x, None, b, "rn", F)
+        out = _call(em, entry, _ftz(B, x) if F is F32 else x, None, b, "rn", F, divergent=True)
         em.emit(f"mov.b{w} {mine}, {_ftz(B, out) if F is F32 else out}")
 
     add(guess)
