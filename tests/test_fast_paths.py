@@ -57,7 +57,7 @@ FAST = ["add.rn.f32", "sub.rn.f32", "mul.rn.f32", "fma.rn.f32", "add.rn.f64", "s
         "mul.rn.f64", "add.rz.f32", "sub.rm.f32", "mul.rp.f32", "fma.rm.f32", "fma.rz.f32",
         "add.rp.f64", "sub.rz.f64", "mul.rm.f64", "mul.rz.f64", "div.rn.f32", "div.rm.f32",
         "rcp.rn.f32", "fma.rn.f64", "fma.rp.f64", "sqrt.rn.f32", "sqrt.rn.f64", "sqrt.rz.f64",
-        "sqrt.rp.f64"]
+        "sqrt.rp.f64", "div.rn.f64", "div.rm.f64", "div.rz.f64", "rcp.rn.f64", "rcp.rp.f64"]
 
 
 @pytest.mark.parametrize("form", FAST)
@@ -70,11 +70,11 @@ def test_fast_entries_match_the_interpreter_bit_for_bit(form):
 
 
 # steps per thread when every operand is normal: the general routine's are 135 (f32 add),
-# 192 (mul), 196 (fma), 217 (div), 244 (f64 add), 530 (f64 mul) and 530 (f64 fma)
+# 192 (mul), 196 (fma), 217 (div), 244 (f64 add), 530 (f64 mul), 530 (f64 fma) and 387 (f64 div)
 @pytest.mark.parametrize("form,most", [("add.rn.f32", 70), ("mul.rn.f32", 80), ("fma.rn.f32", 130),
                                        ("add.rn.f64", 75), ("mul.rn.f64", 160), ("add.rm.f32", 75),
                                        ("fma.rp.f32", 135), ("mul.rz.f64", 165), ("div.rn.f32", 95),
-                                       ("fma.rn.f64", 260)])
+                                       ("fma.rn.f64", 260), ("div.rn.f64", 165), ("div.rp.f64", 170)])
 def test_normal_operands_take_the_fast_entry(form, most):
     vals = np.array([1.5, -3.25, 1e-3, 7e4, -2.5e-7, 0.1, 33.0, -1.75], np.float64)
     rng = np.random.default_rng(5)

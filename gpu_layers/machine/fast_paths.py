@@ -1,5 +1,5 @@
-"""Fast entries of the float routines: add, mul, fma and sqrt (binary32 and binary64) and binary32
-division, rounding to nearest or by the mode register, for operands the lowering proved defined
+"""Fast entries of the float routines: add, mul, fma, div and sqrt (binary32 and binary64),
+rounding to nearest or by the mode register, for operands the lowering proved defined
 (gpu_layers/machine/definedness.py).
 
 The general routine (softfloat.py) is branch-free on data, so it pays for every special case on
@@ -23,17 +23,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from .softfloat import F32, _B, _isqrt, _root_scale, _words
+from .softfloat import F32, _B, _isqrt, _root_scale, _words, quotient64
 
 
 def entries(r) -> list:
     """(label, emitter, general entry it falls back to) of routine r's fast entries: add, mul, fma,
-    sqrt and (binary32) div, each rounding to nearest or by the mode register (the directed
-    modes)."""
+    sqrt and div, each rounding to nearest or by the mode register (the directed modes)."""
     ops = [("add", emit_add, r.add), ("mul", emit_mul, r.fma), ("fma", emit_fma, r.fma),
-           ("sqrt", emit_sqrt, r.sqrt)]
-    if r.F is F32:
-        ops += [("div", emit_div, r.div)]
+           ("sqrt", emit_sqrt, r.sqrt), ("div", emit_div, r.div)]
     return [(r.fast[name, directed], partial(emit, directed=directed), general)
             for name, emit, general in ops for directed in (False, True)]
 
@@ -72,7 +69,7 @@ def eligible(em, entry, ops, F) -> bool:
     """Whether a site may call a fast entry for `entry` ("add", "mul", "fma", "div", "sqrt"):
     every operand proven defined (a branch on an undefined value would raise)."""
     allowed = em.fast_floats is True or (em.fast_floats and entry in em.fast_floats)
-    return allowed and (entry != "div" or F is F32) and all(em.is_defined(o) for o in ops)
+    return allowed and all(em.is_defined(o) for o in ops)
 
 
 def _exp32(B: _B, mag, F):
@@ -312,30 +309,42 @@ QUOTIENT_STEPS = 27         # binary32 quotient bits (softfloat's DIV entry comp
 
 
 def emit_div(B: _B, r, general, back, directed=False):
-    """binary32 a / b: q = floor(x 2^26 / y) of the significands by 27 machine divide steps
-    (softfloat._f32_quotient's register layout: R = rem << 27 | q), the remainder's sticky bit
-    below it (q' = 2q + sticky: odd where inexact, as jamming), normalized and rounded. q' has its
-    leading one at 31 - n, so the biased exponent - 1 is ea - eb + bias + 3 - n."""
+    """a / b. binary32: q = floor(x 2^26 / y) of the significands by 27 machine divide steps
+    (softfloat._f32_quotient's register layout: R = rem << 27 | q); binary64: q = floor(x 2^55 /
+    y) by 56 (softfloat.quotient64, written out where the code runs often). The remainder's
+    sticky bit goes below q (q' = 2q + sticky: odd where inexact, as jamming), then q' is
+    normalized and rounded. q' has its leading one at ww - 1 - n (ww: 32 / 64 bits), so the
+    biased exponent - 1 is ea - eb + bias + 3 - n (binary32) or + 6 - n (binary64)."""
     em, F = B.em, r.F
-    steps = QUOTIENT_STEPS
-    maga, magb = B.and_(32, r.a, F.mag), B.and_(32, r.b, F.mag)
-    ea, eb = B.shr(32, maga, F.mbits), B.shr(32, magb, F.mbits)
-    # normal operands, and ea - eb + bias in [2, 2 bias - 1]: q2 has 4 or 5 leading zeros, so
-    # e1 is ea - eb + bias - 2 or - 1, normal and finite after a rounding carry (every check first)
+    w = F.w
+    maga, magb = B.and_(w, r.a, F.mag), B.and_(w, r.b, F.mag)
+    ea, eb = _exp32(B, maga, F), _exp32(B, magb, F)
+    # normal operands, and ea - eb + bias in [2, 2 bias - 1]: q2 has 4 or 5 (binary64: 7 or 8)
+    # leading zeros, so e1 is ea - eb + bias - 2 or - 1, normal and finite after a rounding
+    # carry (every check first)
     D = B.sub(32, ea, eb)
     _unless(B, [_normal(B, maga, F), _normal(B, magb, F), _within(B, D, 2 - F.bias, F.bias - 1)], general)
-    R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
-    d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
-    for _ in range(steps):
-        em.emit(f"dstep.b64 {R}, {R}, {d}")
-    q = B.cvt(32, 64, B.and_(64, R, (1 << steps) - 1))
-    sticky = B.sel(32, 1, 0, B.setp("ne", "b64", B.shr(64, R, steps), 0))
-    q2 = B.or_(32, B.shl(32, q, 1), sticky)
-    n = B.clz(32, q2)
-    sign = B.xor(32, r.a, r.b)
-    sig, up = _round(B, B.shl(32, q2, n), 32, r, sign, directed)
-    e1 = B.sub(32, D, B.sub(32, n, F.bias + 3))
-    mag = _pack(B, F, e1, sig, up, 32)
+    if F is F32:
+        steps = QUOTIENT_STEPS
+        R = B.shl(64, B.cvt(64, 32, _sig(B, maga, F)), steps - 1)
+        d = B.sub(64, B.shl(64, B.cvt(64, 32, _sig(B, magb, F)), steps), 1)
+        for _ in range(steps):
+            em.emit(f"dstep.b64 {R}, {R}, {d}")
+        q = B.cvt(32, 64, B.and_(64, R, (1 << steps) - 1))
+        sticky = B.sel(32, 1, 0, B.setp("ne", "b64", B.shr(64, R, steps), 0))
+        ww, top = 32, 3
+    else:
+        from .lower import machine_steps         # (lower imports this module)
+        q, R = quotient64(B, _sig(B, maga, F), _sig(B, magb, F), F.mbits + 4,
+                          lambda n, turn: machine_steps(em, n, 1, turn))
+        sticky = B.nonzero(64, R)
+        ww, top = 64, 6
+    q2 = B.or_(ww, B.shl(ww, q, 1), sticky)
+    n = B.clz(ww, q2)
+    sign = B.xor(w, r.a, r.b)
+    sig, up = _round(B, B.shl(ww, q2, n), ww, r, sign, directed)
+    e1 = B.sub(32, D, B.sub(32, n, F.bias + top))
+    mag = _pack(B, F, e1, sig, up, ww)
     _finish(B, r, [], sign, mag, general, back)
 
 

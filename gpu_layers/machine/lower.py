@@ -100,10 +100,10 @@ def machine_problems(kernel) -> list[str]:
 
 # lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
 # written out or in loops, conversions inline or as routines, and within each the float
-# routines' fast entries, all, those of the smaller routines, add only, none, each written out
-# at its sites first (inline_floats). core.machine_kernel takes the first whose allocated
+# routines' fast entries, all, those of the smaller routines ({add, mul, div}, {add, mul}),
+# add only, none, each written out at its sites first (inline_floats). core.machine_kernel takes the first whose allocated
 # program fits (kept here, not in core.py, whose source keys the compiled core's cache)
-_FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add"}), False)
+_FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add", "mul"}), frozenset({"add"}), False)
 LOWERINGS = tuple(x for o in ({"straight_steps": True}, {}, {"cvt_routines": True}) for f in _FAST_SETS
                for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())
                + ({**o, "fast_floats": f},))

@@ -765,18 +765,27 @@ F64_QUOTIENT_CHUNK = 8      # quotient bits a turn of binary64's quotient loop (
 
 
 def _f64_quotient(B, Wd, f, x, y, binf, steps):
-    """binary64's 56 quotient bits with machine divide steps, 8 a turn: the long division
-    compares rem >= y, subtracts, and doubles rem (rem < 2y < 2^54 throughout), so with
-    R = rem << 8 | (the turn's quotient bits) and `dstep R, R, (2y << 8) - 1` (2 R's top part
-    2 rem against 2y) a step is one bit, and 2 R stays below 2^(55 + 9) = 2^64. Each turn then
-    moves its 8 bits into q and clears them; after the last, R's top part is the final (doubled)
-    remainder, whose being nonzero is the sticky bit."""
+    """binary64's 56 quotient bits (quotient64, in a counted loop of turns), the remainder's
+    sticky bit below them, into P."""
     from .lower import _counted_loop     # (lower imports this module)
+    q, R = quotient64(B, B.sel(64, 0, x, binf), y, steps,               # x / inf is 0
+                      lambda n, turn: _counted_loop(B.em, n, turn))
+    Wd.set_from(f.P, B.or_(64, B.shl(64, q, 1), B.nonzero(64, R)), 64)
+
+
+def quotient64(B, x, y, steps, repeat):
+    """(q, R): q = floor(x 2^(steps - 1) / y) for x < 2y < 2^54, by machine divide steps, 8 a
+    turn (repeat(turns, turn) runs them: a counted loop, or written out). The long division
+    compares rem >= y, subtracts, and doubles rem (rem < 2y throughout), so with R = rem << 8 |
+    (the turn's quotient bits) and `dstep R, R, (2y << 8) - 1` (2 R's top part 2 rem against
+    2y) a step is one bit, and 2 R stays below 2^(55 + 9) = 2^64. Each turn then moves its 8
+    bits into q and clears them; after the last, R's top part is the final (doubled) remainder,
+    nonzero where the quotient is inexact."""
     em, k = B.em, F64_QUOTIENT_CHUNK
     assert steps % k == 0
     low = (1 << k) - 1
     R, q = em.tmp(64), em.tmp(64)
-    em.emit(f"shl.b64 {R}, {B.sel(64, 0, x, binf)}, {k}")             # x / inf is 0
+    em.emit(f"shl.b64 {R}, {x}, {k}")
     em.emit(f"mov.b64 {q}, 0")
     d = B.sub(64, B.shl(64, y, k + 1), 1)
 
@@ -785,8 +794,8 @@ def _f64_quotient(B, Wd, f, x, y, binf, steps):
             em.emit(f"dstep.b64 {R}, {R}, {d}")
         em.emit(f"or.b64 {q}, {B.shl(64, q, k)}, {B.and_(64, R, low)}")
         em.emit(f"and.b64 {R}, {R}, {~low & _M[64]}")
-    _counted_loop(em, steps // k, turn)
-    Wd.set_from(f.P, B.or_(64, B.shl(64, q, 1), B.nonzero(64, R)), 64)
+    repeat(steps // k, turn)
+    return q, R
 
 
 F32_QUOTIENT_UNROLL = 9    # divide steps a turn of binary32's quotient loop (27 bits: 3 turns)
