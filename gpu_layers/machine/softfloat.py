@@ -17,9 +17,10 @@ branches to an entry; the routine ends in a tree of compares (`emit_returns`, ab
 steps) that branches back to the site. A kernel with many float operations therefore pays for
 the routine's code once (the core's program holds 1,024 PCs). Where the program still fits,
 `lower(inline_floats=True)` writes each site's fast entry (fast_paths.py) out at the site on the
-site's own registers instead (`_inline`): only the lanes that fall back call the routine. Each entry leaves an exact (or sticky) value P * 2^ep with its sign and special
-cases, and one common part adds the addend c and rounds once, in the mode held in a register (0
-rn, 1 rz, 2 rm, 3 rp). Entries (only those some site calls are emitted):
+site's own registers instead (`_inline`): only the lanes that fall back call the routine. Each
+entry leaves an exact (or sticky) value P * 2^ep with its sign and special cases, and one common
+part adds the addend c and rounds once, in the mode held in a register (0 rn, 1 rz, 2 rm, 3 rp).
+Entries (only those some site calls are emitted):
 
   * FMA: a * b, the exact product (shift-and-add loops over b's significand bits from the bottom,
     four a turn: 24 for binary32, two halves of 27 for binary64's four 27-bit partial products);
@@ -54,7 +55,7 @@ and only sites whose operands are proven defined call them.
 """
 from __future__ import annotations
 
-from gpu_layers.ptx.ir import FImm, Imm, Pair, Reg, Sink
+from gpu_layers.ptx.ir import FImm, Imm, Pair, Sink
 
 SIGN, INF, CANON_NAN, FLT_MAX = 0x80000000, 0x7F800000, 0x7FFFFFFF, 0x7F7FFFFF
 MODES = {"rn": 0, "rz": 1, "rm": 2, "rp": 3}
@@ -515,21 +516,26 @@ def _call(em, entry, a, b, c, mode, F=F32, divergent=False) -> str:
         reads = fast_paths.READS[entry[0]]
         if all(isinstance(v, str) for v, n in ((a, "a"), (b, "b"), (c, "c")) if n in reads):
             return _inline(em, r, entry, a, b, c, mode, divergent or em.index in em.divergent)
-    k = len(r.sites)
     back = em.label()
+    target = r.fast[entry] if isinstance(entry, tuple) else getattr(r, entry)
     skips = fast_paths.site_skips(*entry) if isinstance(entry, tuple) else set()
+    _branch(em, r, target, back, a, b, c, mode, skips)
+    em.place(back)
+    return r.out
+
+
+def _branch(em, r, target, back, a, b, c, mode, skips=frozenset()):
+    """A call of routine r's `target` returning to `back`: the arguments (those not in `skips`,
+    "a" "b" "c" "mode") into its registers, the site's number, the branch."""
     for reg, v, name in ((r.a, a, "a"), (r.b, b, "b"), (r.c, c, "c")):
         if v is not None and name not in skips:
-            em.emit(f"mov.b{F.w} {reg}, {v}")
+            em.emit(f"mov.b{r.F.w} {reg}, {v}")
     if "mode" not in skips:
         em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
-    em.emit(f"mov.b32 {r.ret}, {k}")
-    target = r.fast[entry] if isinstance(entry, tuple) else getattr(r, entry)
+    em.emit(f"mov.b32 {r.ret}, {len(r.sites)}")
     r.sites.append((len(em.code), target, back))
     r.weights.append(site_weight(em))
     em.emit(f"bra {target}")
-    em.place(back)
-    return r.out
 
 
 class _Site:
@@ -550,7 +556,6 @@ def _inline(em, r, entry, a, b, c, mode, divergent) -> str:
     let the fast lanes run ahead of the others under the cursor rule). Both leave the result in
     r.out. Every branch but the leaf's is forward."""
     name, directed = entry
-    F = r.F
     back, way = em.label(), em.label()
     leaf = None if divergent else em.label()
     if directed:                                 # the directed entries round by the mode register
@@ -566,16 +571,8 @@ def _inline(em, r, entry, a, b, c, mode, divergent) -> str:
                     if em.code[i].opcode == "bra" and em.code[i].operands[0].name == leaf]
         r.leaves[len(r.sites)] = leaf
     em.place(way)
-    for reg, v in ((r.a, a), (r.b, b), (r.c, c)):
-        if v is not None:
-            em.emit(f"mov.b{F.w} {reg}, {v}")
-    if not directed:
-        em.emit(f"mov.b32 {r.mode}, {MODES[mode]}")
-    em.emit(f"mov.b32 {r.ret}, {len(r.sites)}")
-    general = r.fma if name == "mul" else getattr(r, name)
-    r.sites.append((len(em.code), general, back))
-    r.weights.append(site_weight(em))
-    em.emit(f"bra {general}")
+    _branch(em, r, r.fma if name == "mul" else getattr(r, name), back, a, b, c, mode,
+            {"mode"} if directed else ())
     em.place(back)
     return r.out
 
