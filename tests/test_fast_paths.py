@@ -11,7 +11,7 @@ from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
 from gpu_layers.machine import lower
 from gpu_layers.machine.definedness import defined
-from gpu_layers.machine.float_forms import compare, normal_operands, operands, operands64
+from gpu_layers.machine.float_forms import compare, kernel_for, normal_operands, operands, operands64
 from gpu_layers.ptx.parser import parse_ptx
 
 
@@ -262,3 +262,25 @@ def test_the_cores_lowering_of_every_float_case_matches_the_original():
         assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b)), c.name
         ran += 1
     assert ran >= 25, ran
+
+
+def test_a_sites_result_stays_live_through_its_return_branches():
+    """liveness(through_returns=True), which a register-file slot shared across widths needs:
+    at every return branch, what the calls returning there write and their site reads after
+    is live (a written-out site returns there from its general entry's call and from its fast
+    lanes' jump to the leaf, which writes nothing: the union, not the last call's)."""
+    from gpu_layers.machine.liveness import liveness
+
+    k = parse_ptx(kernel_for("fma.rn.f32")).kernel()
+    for opts in ({}, {"inline_floats": True, "straight_steps": True}):
+        mk = lower(k, **opts)
+        lv = liveness(mk, through_returns=True)
+        back_of = {c: r for c, _, r in mk.calls}
+        checked = 0
+        for c, body in lv.routines.items():
+            for j in body & set(mk.returns):
+                t = mk.labels[mk.instructions[j].operands[0].name]
+                if t == back_of[c]:
+                    assert lv.live_in[t] & lv.defs[c] <= lv.live_out[j], (opts, j)
+                    checked += bool(lv.live_in[t] & lv.defs[c])
+        assert checked >= 1

@@ -130,10 +130,13 @@ def liveness(kernel, through_returns: bool = False) -> Liveness:
         routines[c] = seen
         ud[c] = (ud[c][0], ud[c][1].union(*(ud[j][1] for j in seen)))
     ret = {}                            # return branch -> (its target, what its routine writes)
-    if through_returns:
+    if through_returns:                 # (for the calls that return there: the union)
+        back_of = {c: r for c, _, r in kernel.calls}
         for c, body in routines.items():
             for j in body & set(kernel.returns):
-                ret[j] = (kernel.labels[code[j].operands[0].name], ud[c][1])
+                t = kernel.labels[code[j].operands[0].name]
+                if t == back_of[c]:
+                    ret[j] = (t, ud[c][1] | ret.get(j, (t, set()))[1])
     live_in = [set() for _ in range(n)]
 
     def live_out_of(i):
