@@ -964,10 +964,11 @@ def _udivrem(em, w, a, b, quotient=True, wide_divisor=False, skip=False) -> tupl
 
 def _divergent(kernel) -> set:
     """Indices of the source instructions where part of a warp may be elsewhere: inside a loop or
-    between a guarded forward branch and its target."""
+    between a forward branch and its target (an if's body; an else's, which the then-lanes
+    skip)."""
     out = _in_loops(kernel)
     for j, ins in enumerate(kernel.instructions):
-        if ins.opcode == "bra" and ins.operands and ins.guard is not None:
+        if ins.opcode == "bra" and ins.operands:
             t = kernel.labels.get(str(ins.operands[-1]))
             if t is not None and t > j:
                 out.update(range(j + 1, t))
