@@ -101,8 +101,9 @@ def machine_problems(kernel) -> list[str]:
 # lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
 # written out or in loops, conversions inline or as routines, and within each the float
 # routines' fast entries, all, those of the smaller routines ({add, mul, div}, {add, mul}),
-# add only, none, each written out at its sites first (inline_floats). core.machine_kernel takes the first whose allocated
-# program fits (kept here, not in core.py, whose source keys the compiled core's cache)
+# add only, none, each written out at its sites first (inline_floats). core.machine_kernel
+# takes the first whose allocated program fits (kept here, not in core.py, whose source keys
+# the compiled core's cache)
 _FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add", "mul"}), frozenset({"add"}), False)
 LOWERINGS = tuple(x for o in ({"straight_steps": True}, {}, {"cvt_routines": True}) for f in _FAST_SETS
                for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())
@@ -142,7 +143,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em = _Emitter(kernel, one_warp)
     em.straight = straight_steps
     em.looped = _in_loops(kernel)
-    em.divergent = _divergent(kernel)
+    em.divergent = _divergent(kernel, em.looped)
     em.warps = warps
     em.cvt_routines = cvt_routines
     em.fast_floats = fast_floats
@@ -285,6 +286,7 @@ class _Emitter:
         self.inline_floats = False  # fast entries written out at their sites (lower's inline_floats)
         self.inlining = False       # emitting such an entry now (its steps written out as the routine's)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
+        self.divergent = set()      # ... where part of a warp may be elsewhere (_divergent)
         self.warps = 1
         self.holds = set()          # indices after which the same warp takes the next step
         self.source = None          # the source instruction being expanded
@@ -962,11 +964,11 @@ def _udivrem(em, w, a, b, quotient=True, wide_divisor=False, skip=False) -> tupl
     return (x if quotient else None), r
 
 
-def _divergent(kernel) -> set:
-    """Indices of the source instructions where part of a warp may be elsewhere: inside a loop or
-    between a forward branch and its target (an if's body; an else's, which the then-lanes
-    skip)."""
-    out = _in_loops(kernel)
+def _divergent(kernel, looped) -> set:
+    """Indices of the source instructions where part of a warp may be elsewhere: inside a loop
+    (`looped`: _in_loops) or between a forward branch and its target (an if's body; an else's,
+    which the then-lanes skip)."""
+    out = set(looped)
     for j, ins in enumerate(kernel.instructions):
         if ins.opcode == "bra" and ins.operands:
             t = kernel.labels.get(str(ins.operands[-1]))

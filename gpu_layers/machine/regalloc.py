@@ -312,22 +312,13 @@ def drop_self_moves(kernel):
             and isinstance(ins.operands[0], Reg) and ins.operands[0] == ins.operands[1]}
     if not drop:
         return kernel
-    new, kept = [], 0
+    new, kept = [], 0                   # new[i]: instruction i's index, or the next kept one's
     for i in range(len(kernel.instructions) + 1):
         new.append(kept)
         if i < len(kernel.instructions) and i not in drop:
             kept += 1
-
-    def at(i):
-        return new[i]
-
-    return replace(kernel, instructions=[ins for i, ins in enumerate(kernel.instructions) if i not in drop],
-                   labels={k: at(v) for k, v in kernel.labels.items()},
-                   calls=[tuple(at(i) for i in call) for call in kernel.calls],
-                   returns=frozenset(at(i) for i in kernel.returns),
-                   holds=frozenset(at(i) for i in kernel.holds),
-                   warp_barriers=frozenset(at(i) for i in kernel.warp_barriers),
-                   checks={at(i): v for i, v in kernel.checks.items()})
+    return kernel.renumbered([ins for i, ins in enumerate(kernel.instructions) if i not in drop],
+                             new.__getitem__, new.__getitem__)
 
 
 def _rename(ins, mapping):

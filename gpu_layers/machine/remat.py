@@ -206,13 +206,8 @@ def rematerialize(kernel, longest: int = 1, only=None):
     landing = [new_index[i] - len(inserts.get(i, [])) for i in range(len(new_index))]
     landing.append(len(code))
 
-    out = replace(kernel, instructions=code,
-                  labels={name: landing[i] for name, i in kernel.labels.items()},
-                  calls=[(new_index[c], landing[e], landing[r]) for c, e, r in kernel.calls],
-                  returns=frozenset(new_index[i] for i in kernel.returns),
-                  holds=frozenset(new_index[i] for i in kernel.holds) | holds,
-                  warp_barriers=frozenset(new_index[i] for i in kernel.warp_barriers),
-                  checks={new_index[i]: why for i, why in kernel.checks.items()},
-                  directives=list(kernel.directives), regs=list(kernel.regs), vars=list(kernel.vars))
+    out = kernel.renumbered(code, new_index.__getitem__, landing.__getitem__)
+    out = replace(out, holds=out.holds | holds, directives=list(kernel.directives), regs=list(kernel.regs),
+                  vars=list(kernel.vars))
     validate(in_own_module(out, kernel).module, out.name)
     return out, sum(len(v) for v in inserts.values())

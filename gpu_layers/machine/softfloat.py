@@ -512,7 +512,7 @@ def _call(em, entry, a, b, c, mode, F=F32, divergent=False) -> str:
     the site runs with part of its warp elsewhere (an atomic's turn)."""
     rs = _routines(em)
     r = rs.get(F.name) or rs.setdefault(F.name, _FloatRoutine(em, F))
-    if isinstance(entry, tuple) and getattr(em, "inline_floats", False):
+    if isinstance(entry, tuple) and em.inline_floats:
         reads = fast_paths.READS[entry[0]]
         if all(isinstance(v, str) for v, n in ((a, "a"), (b, "b"), (c, "c")) if n in reads):
             return _inline(em, r, entry, a, b, c, mode, divergent or em.index in em.divergent)
@@ -679,7 +679,7 @@ def emit_returns(B, r):
             em.place(lab)
             emit(left)
 
-    emit(return_tree(getattr(r, "weights", None) or [1] * len(backs), set(leaves)))
+    emit(return_tree(r.weights, set(leaves)))
 
 
 def site_weight(em) -> int:

@@ -218,6 +218,23 @@ class Kernel:
                     used.update(e.name for e in op.elems if isinstance(e, Sym))
         return used
 
+    def renumbered(self, code: list, at, land) -> "Kernel":
+        """This kernel with instructions `code` and every field that names an instruction index
+        moved: an instruction's own index by at(i) (a call's branch, return branches, held
+        turns, warp barriers, checks), a place control goes to by land(i) (labels, a call's
+        entry and return point; i may be len(instructions): the end). The passes that insert or
+        drop machine instructions (remat, regalloc.drop_self_moves) go through here, so a new
+        index field is moved everywhere."""
+        from dataclasses import replace
+
+        return replace(self, instructions=code,
+                       labels={name: land(i) for name, i in self.labels.items()},
+                       calls=[(at(c), land(e), land(r)) for c, e, r in self.calls],
+                       returns=frozenset(at(i) for i in self.returns),
+                       holds=frozenset(at(i) for i in self.holds),
+                       warp_barriers=frozenset(at(i) for i in self.warp_barriers),
+                       checks={at(i): why for i, why in self.checks.items()})
+
 
 def in_own_module(out: Kernel, src: Kernel) -> Kernel:
     """Give `out`, a pass's result made from kernel `src`, a module of its own with `src`'s module
