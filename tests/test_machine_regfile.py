@@ -55,10 +55,10 @@ class StreamModel:
     lands when the next <g>, <wi> or the end arrives; <blk> empties the file (and drops a pending
     group). Executed lanes (state >= 2) write; undefined lanes (U) write None; a predicate's value
     is its lane state (3 = 1, 2 = 0); other values are their chunks (absent = 0), lane 0's for every
-    lane when S = 1."""
+    lane when S = 1, and the issue's previous group's (same lane) when S = 2."""
 
     def __init__(self, dests):
-        self.dests, self.regs, self.group, self.pc = dests, {}, None, None
+        self.dests, self.regs, self.group, self.pc, self.last = dests, {}, None, None, {}
 
     def feed(self, tok):
         kind = tok[0]
@@ -68,7 +68,7 @@ class StreamModel:
         if kind in ("wi", "g", "dump", "halt"):
             self._commit()
         if kind == "wi":
-            self.pc = tok[2]
+            self.pc, self.last = tok[2], {}
         elif kind == "g":
             self.group = (tok[1], tok[2], tok[3], tok[4], self.pc, {})
         elif kind == "d":
@@ -82,6 +82,7 @@ class StreamModel:
         if self.dests.get(pc) is None:
             return
         slot, width = self.dests[pc]
+        lanes = {}
         for j in range(4):
             st = (states >> (2 * j)) & 3
             if st < 2:
@@ -90,10 +91,14 @@ class StreamModel:
                 v = None
             elif width == 1:
                 v = int(st == 3)
+            elif s == 2:
+                v = self.last[j]
             else:
                 src = 0 if s else j
                 v = sum(chunks.get((src, c), 0) << (PAYLOAD * c) for c in range(CHUNKS))
             self.regs[(4 * k + j, slot)] = v
+            lanes[j] = v
+        self.last = lanes
 
 
 def random_value(rng, width):
@@ -134,7 +139,14 @@ def random_stream(rng, prog, n_issues, blocks=3):
             toks.append(("wi", 0, pc))
             d = prog.dests[pc]
             groups = [k for k in range(GROUPS) if rng.random() < 0.6] or [int(rng.integers(GROUPS))]
+            prev = None                                  # (executed lanes, values) of a defined group
             for k in groups:
+                if d is not None and d[1] > 1 and prev is not None and rng.random() < 0.35:
+                    ex = [j for j in prev[0] if rng.random() < 0.8]      # S = 2: the previous group's
+                    issued = sum(1 << j for j in range(4) if j in ex or rng.random() < 0.3)
+                    toks.append(("g", k, lane_states(issued, sum(1 << j for j in ex), 0), 0, 2))
+                    prev = (ex, prev[1])
+                    continue
                 st = [int(x) for x in rng.choice(3, 4, p=[0.15, 0.15, 0.7])]  # 0 absent, 1 issued, 2 executed
                 if rng.random() < 0.4:
                     st = [2, 2, 2, 2]
@@ -156,6 +168,7 @@ def random_stream(rng, prog, n_issues, blocks=3):
                     vals = {j: 0 if (u >> j) & 1 else v for j in ex}
                     same = int(len(set(vals.values())) == 1)
                 toks.append(("g", k, lane_states(issued, exm, 0), u, same))
+                prev = None if u else (ex, vals)
                 data = []
                 for j in ([ex[0]] if same else ex):
                     data += [("d", 0 if same else j, c, x) for c, x in enumerate(chunks_of(vals[j])) if x]
@@ -375,8 +388,8 @@ def test_compiled_size_report(rf, capsys):
     assert comp.num_layers == 4
     s = comp.shapes
     assert all(pl.groups(s) <= s.linear_num_key_heads for pl in comp.plans)
-    vocab = PCS + 1 + REGS * len(WIDTHS) + MAX_BLOCKS + PCS + GROUPS * 4 ** 4 * 2 + \
-        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 1
+    vocab = PCS + 1 + REGS * len(WIDTHS) + MAX_BLOCKS + PCS + GROUPS * 4 ** 4 * 2 + (GROUPS - 1) * 2 ** 4 + \
+        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 1      # (S = 2: groups 1.., lanes - or 0)
     assert comp.machine.vocab_size == vocab
     place = comp.port(RF_PORT)
     assert place.layer == 3 and [len(h) for h in place.heads] == [1, 1, 1, 1] and place.port.slots == 128

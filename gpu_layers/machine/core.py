@@ -234,8 +234,8 @@ def machine_kernel(kernel, grid, block, args=()):
         _check_several_warps(flat, block[0])
     for opts in LOWERINGS:                    # the first that fits the program memory, allocated
         code = lower(flat, one_warp=True, warps=warps, threads=block[0], **opts)
-        if len(code.instructions) > PCS and opts is not LOWERINGS[-1]:
-            continue
+        if len(code.instructions) - _plain_moves(code) > PCS and opts is not LOWERINGS[-1]:
+            continue                          # (allocation drops at most the register copies)
         mk, _ = allocate(code)
         if _slots_needed(mk) > R.REGS:        # invariants computed again after calls instead
             mk = _fit_registers(code, mk)
@@ -276,6 +276,16 @@ def _check_several_warps(kernel, nthreads: int):
             raise CoreError(
                 f"line {ins.line}: `{ins}` in a block of {nthreads} threads ({-(-nthreads // 32)} warps): "
                 f"{why}; the core runs it in blocks of one warp (up to 32 threads)")
+
+
+def _plain_moves(code) -> int:
+    """How many instructions of lowered code are register copies (`mov %a, %b`): the most that
+    allocation can drop (regalloc.drop_self_moves), so code longer than the program memory by
+    more than these cannot fit."""
+    from gpu_layers.ptx.ir import Reg
+
+    return sum(1 for ins in code.instructions if ins.opcode == "mov" and len(ins.operands) == 2
+               and all(isinstance(x, Reg) for x in ins.operands))
 
 
 def _slots_needed(mk) -> int:
@@ -372,7 +382,7 @@ def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0,
                                                                 shared_bytes // 4)), None)
 
     tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
-                      buffer_offsets=lay.offsets, fault=fault)
+                      buffer_offsets=lay.offsets, fault=fault, copies=True)
     toks, pc = [], None
     for t in tr.tokens:
         if t[0] == "fault":                     # the faulting lane's ticks, then <fault>: no dump
@@ -712,11 +722,14 @@ def core_circuit() -> Circuit:
     # ---- the latch (slot K') and the emitter (at <g K> and <d>) ----------------------------------
     latch = B.memory(c, "latch", GROUPS, 64, nk, r.ck, res, we=has_next.bit(0), reset=hot["blk"],
                      lanes=LANES).outputs
-    gcur = B.memory(c, "gcur", 1, 2 * LANES + 1, 0, 0, [[_input(c, "ge"), _input(c, "gu"), _input(c, "gsf")]],
+    gcur = B.memory(c, "gcur", 1, 2 * LANES + 2, 0, 0,
+                    [[_input(c, "ge"), _input(c, "gu"), _input(c, "gsf"), _input(c, "gxp")]],
                     we=hot["g"], reset=hot["blk"]).outputs[0]
     E = [gcur.bit(j) - gcur.bit(LANES + j) for j in range(LANES)]
     S = gcur.bit(2 * LANES)
+    S2 = gcur.present(0) - gcur.bit(2 * LANES + 1)          # the current group copied (S = 2): no <d>
     at = hot["g"] + hot["d"]
+    same2 = _copies_previous(c, res, latch, ex, und, undm, gcur, at, dst_data, mu.mem)
     dsel = r.dsel
     NS = LANES * R.CHUNKS
 
@@ -735,7 +748,7 @@ def core_circuit() -> Circuit:
         for ch in range(R.CHUNKS):
             s = R.CHUNKS * j + ch
             nz = lsum(vbits(j, ch))
-            m.threshold(flag, s, BIGM * (at + (1.0 - S) + E[j] + after(s)) + nz - 4 * BIGM - 0.5, 0.5)
+            m.threshold(flag, s, BIGM * (at + (1.0 - S) - S2 + E[j] + after(s)) + nz - 4 * BIGM - 0.5, 0.5)
             m.threshold(flag, NS + s, BIGM * (at + S + first(j) + after(ch)) + nz - 4 * BIGM - 0.5, 0.5)
     m.build()
 
@@ -815,7 +828,9 @@ def core_circuit() -> Circuit:
             for u in range(16):
                 if u & ~executed:
                     continue
-                for sf in (0, 1):
+                for sf in (0, 1, 2):
+                    if sf == 2 and (k == 0 or u or preds):      # S = 2: a later group of defined values
+                        continue
                     name = tok_g(k, code, u, sf)
                     lanes_rf = [3 if (u >> j) & 1 else 2 if (preds >> j) & 1 else 1 if (executed >> j) & 1 else 0
                                 for j in range(LANES)]
@@ -823,7 +838,9 @@ def core_circuit() -> Circuit:
                             **R.g_inputs(k, lanes_rf, sf))
                     data = lsum(_pm((executed >> j) & 1, ex.bit(j)) + _pm((preds >> j) & 1, pv.bit(j))
                                 + _pm((u >> j) & 1, und.bit(j) + undm.bit(j)) for j in range(LANES))
-                    c.logit(name, step + C.g_logit(f, k, issued) + data + _pm(sf, same.bit(0)))
+                    # S = 2 wins where the group copies; else S = 1 or 0 as `same` says (margin 2)
+                    sterm = (1.0 + _pm(1, same2.bit(0))) if sf == 2 else (_pm(sf, same.bit(0)) + _pm(0, same2.bit(0)))
+                    c.logit(name, step + C.g_logit(f, k, issued) + data + sterm)
     emit = 2000.0 * more.bit(0)
     for j in range(LANES):
         for ch in range(R.CHUNKS):
@@ -834,6 +851,32 @@ def core_circuit() -> Circuit:
                 c.logit(name, emit + 100.0 * sel.bit(s)
                         + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
     return c
+
+
+def _copies_previous(c: Circuit, res, latch, ex, und, undm, gcur, at, dst_data, mem) -> Field:
+    """[the executing group's <g> is S = 2]: at a <g> or <d> of the issue's previous group (the
+    current one; so never the issue's first group), an ALU instruction that writes data, no
+    undefined lane in either group, every lane executed here executed there, and each such lane's
+    result equal to the latch's (that group's results, slot K): compared chunk by chunk as signed
+    sums of 11 bit differences (exact in fp32: at most 2,047), so 24 comparisons, not 256."""
+    cdiff = c.new_field(dual("cdiff", LANES * R.CHUNKS + LANES))     # a chunk differs; a lane is new
+    m = MLPBuilder(c, "copy_diff")
+    gate = 4096.0
+    for j in range(LANES):
+        for ch in range(R.CHUNKS):
+            dv = lsum(float(1 << b) * (res[j].bit(R.PAYLOAD * ch + b) - latch[j].bit(R.PAYLOAD * ch + b))
+                      for b in range(R.chunk_bits(ch)))
+            off = gate * ex.bit(j) - gate - 0.5
+            m.boolean(cdiff, R.CHUNKS * j + ch, [(dv + off, 0.5, 1.0), (-1.0 * dv + off, 0.5, 1.0)])
+        m.threshold(cdiff, LANES * R.CHUNKS + j, ex.bit(j) - gcur.bit(j) - 0.5, 0.5)
+    m.build()
+    same2 = c.new_field(dual("same2", 1))
+    m = MLPBuilder(c, "copy_same")
+    bad = (lsum(cdiff.bit(i) for i in range(cdiff.n)) + lsum(und.bit(j) + undm.bit(j) for j in range(LANES))
+           + lsum(gcur.bit(LANES + j) for j in range(LANES)))
+    m.threshold(same2, 0, at + dst_data - mem - bad - 1.5, 0.5)
+    m.build()
+    return same2
 
 
 def _memory_tokens(c: Circuit, K, mu, mo, ldw, hot, flt):

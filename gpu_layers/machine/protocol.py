@@ -16,7 +16,12 @@ token, so each token names what it carries):
                        (guard false; for a branch: not taken), 2 executed (taken), 3 executed
                        with predicate result 1 (setp and other predicate destinations);
                        U = lanes whose write-back is undefined (poison), 4 bits;
-                       S = 1: every executed lane writes the same value, sent once (as lane 0)
+                       S = 1: every executed lane writes the same value, sent once (as lane 0);
+                       S = 2: each executed lane writes what the same lane of the issue's previous
+                       group wrote (no <d>): not the issue's first group, an ALU instruction that
+                       writes data, no undefined lane here or there, every lane executed here
+                       executed there (so the register file can take the values from the last
+                       group that sent them, docs/machine.md §27)
     <d J C X>          write-back data: chunk C (PAYLOAD bits, low chunk first) of the destination
                        register(s) of lane J of the group; chunks that are 0 are not sent (a
                        register's chunks not sent are 0), so small values cost fewer tokens
@@ -87,13 +92,15 @@ def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
 
 
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
-                 step_budget=None, buffer_offsets=None, fault=None) -> Trace:
+                 step_budget=None, buffer_offsets=None, fault=None, copies=False) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).
     outputs: indices of the buffer arguments to dump at the end (default: every buffer);
     buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers).
     fault(warp, pc, lanes whose guard holds) -> the first lane whose access the machine refuses, or
     None: checked before every step; at a faulting lane l the lane groups before l's execute and
-    are traced, then ("fault", group, lane, executed lanes of l's group) ends the stream (no dump)."""
+    are traced, then ("fault", group, lane, executed lanes of l's group) ends the stream (no dump).
+    copies: groups may copy the previous group's values (S = 2; the machine core's protocol: the
+    register-file circuits before it have no such <g>)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
@@ -117,6 +124,8 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         lanes_on = set(active) | set(done)
         done_set = set(done)
         R = W.R
+        can_copy = copies and bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
+        prev = None                                   # (executed, undefined, values) of the last group
         for k in range(32 // lanes):
             group = [l for l in range(k * lanes, (k + 1) * lanes) if l in lanes_on]
             if not group:
@@ -143,9 +152,15 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                     else:
                         bits.append((x, w))
                 words.append((j, _chunks(bits, PAYLOAD)))
-            same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
-            for j, ch in (words[:1] if same else words):
-                data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
+            vals = dict(words)
+            if (prev is not None and can_copy and not u and not prev[1] and not e & ~prev[0]
+                    and all(vals[j] == prev[2][j] for j in vals)):
+                same = 2                              # the previous group's values: no <d>
+            else:
+                same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
+                for j, ch in (words[:1] if same else words):
+                    data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
+            prev = (e, u, vals)
             toks.append(("g", k, lane_states(issued & gmask, e & gmask, v, lanes), u, same))
             toks.extend(data)
         blk = W.block
@@ -179,6 +194,12 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         toks.extend(("x", x) for x in _chunks([(b, 8) for b in data], CHUNK))
     toks.append(("halt",))
     return Trace(toks, res.buffers, res.steps, state["issues"])
+
+
+def is_memory(ins) -> bool:
+    """Whether a machine instruction goes to the memory unit (ld.param is an immediate): its
+    values come from memory, not the ALU, and its groups never copy the previous group's."""
+    return ins.opcode in ("ld", "st", "atom", "red") and not (ins.opcode == "ld" and "param" in ins.modifiers)
 
 
 class _Faulted(Exception):
@@ -275,7 +296,7 @@ def describe(tok) -> str:
         _, grp, st, u, same = tok
         a, e, v = lane_masks(st)
         extra = (f", predicates {v:04b}" if v else "") + (f", undefined {u:04b}" if u else "") + \
-            (", one value for all" if same else "")
+            {0: "", 1: ", one value for all", 2: ", the previous group's values"}[same]
         lanes = " ".join(str((st >> (2 * j)) & 3) for j in reversed(range(4)))
         return f"<g {grp} {lanes} {u:04b} {same}>  lane group {grp}: issued {a:04b}, executed {e:04b}{extra}"
     if k == "d":

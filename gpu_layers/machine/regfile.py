@@ -187,12 +187,17 @@ class RegfileProgram:
                                        "writes no predicate")
                 lanes = [3 if (u >> j) & 1 else 2 if (pv >> j) & 1 else 1 if (ex >> j) & 1 else 0
                          for j in range(LANES)]
-                same = int(bool(s))
+                if s == 2 and (u or pred or grp == 0):
+                    raise RegfileError(f"<g {grp}> with S = 2 (the previous group's values) on group 0, a "
+                                       "predicate or undefined lanes")
+                same = s
                 out.append(tok_g(grp, lanes, same))
             elif k == "d":
                 _, j, c, x = t
                 if dest is not None and dest[1] == 1:
                     raise RegfileError(f"<d {j} {c} {x:#x}> for a predicate: its value is in <g>'s lane states")
+                if same == 2:
+                    raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 2 group: its values are the previous group's")
                 if same and j:
                     raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 1 group: its value is sent once, as lane 0")
                 width = dest[1] if dest is not None else WBITS
@@ -282,7 +287,9 @@ def build_regfile(config) -> RegfileMachine:
     for k in range(GROUPS):
         for code in range(4 ** LANES):
             lanes = [(code >> (2 * j)) & 3 for j in range(LANES)]
-            for sf in (0, 1):
+            for sf in (0, 1, 2):
+                if sf == 2 and (k == 0 or max(lanes) > 1):      # S = 2: a later group, plain lanes
+                    continue
                 c.token(tok_g(k, lanes, sf), kind=K("g"), **g_inputs(k, lanes, sf))
     for j in range(LANES):
         for ch in range(CHUNKS):
@@ -307,7 +314,8 @@ def g_inputs(k: int, lanes: list[int], sf: int) -> dict:
     2 predicate true, 3 undefined."""
     e = sum(int(st > 0) << j for j, st in enumerate(lanes))
     u = sum(int(st == 3) << j for j, st in enumerate(lanes))
-    return dict(gk=k, ge=e, gu=u, gsf=sf, **{f"b0_{j}": int(lanes[j] == 2) for j in range(LANES)})
+    return dict(gk=k, ge=e, gu=u, gsf=int(sf == 1), gxp=int(sf != 2),
+                **{f"b0_{j}": int(lanes[j] == 2) for j in range(LANES)})
 
 
 def d_inputs(j: int, ch: int, x: int) -> dict:
@@ -347,7 +355,8 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     gk = c.input(bits("gk", gb), default=0)               # <g K ..>: K
     ge = c.input(bits("ge", LANES), default=0)            # <g>: executed lanes
     gu = c.input(bits("gu", LANES), default=0)            # <g>: undefined lanes
-    gsf = c.input(bits("gsf", 1), default=0)              # <g>: S
+    gsf = c.input(bits("gsf", 1), default=0)              # <g>: S = 1
+    gxp = c.input(bits("gxp", 1), default=0)              # <g>: S < 2 (the group sends its values)
     b0 = [c.input(bits(f"b0_{j}", 1), default=0) for j in range(LANES)]   # <g>: lane j's predicate
     #                                                     # result; <d>: X bit 0 (chunk-0 heads' bit 0)
     dsel = c.input(onehot("dsel", LANES * CHUNKS + 1), default=LANES * CHUNKS)   # <d J C>: 6 J + C
@@ -364,8 +373,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     seen = []
     for k in range(groups - 1):
         sel, n = _select_term(gk, k)
-        seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gsf, we=is_g + sel - float(n),
+        seen.append(B.memory(c, f"seen{k}", 1, 1, 0, 0, gxp, we=is_g + sel - float(n),
                              reset=hot["wi"] + hot["blk"]).outputs[0])
+    # the last group that sent its values (S < 2): where an S = 2 group's values are, at <wi>/<end>
+    lastx = B.memory(c, "lastx", 1, gb, 0, 0, gk, we=is_g + gxp.bit(0) - 1.0, reset=hot["blk"]).outputs[0]
     cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
     cinst_hi = B.memory(c, "cinst_hi", 1, hib, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
     cwarp = [B.memory(c, "cwarp", 1, wb, 0, 0, wi_warp, we=hot["wi"]).outputs[0]] if wb else []
@@ -374,8 +385,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     ck = c.new_field(bits("ck", gb))      # the current group's K (chunk heads' write slot)
     cs = c.new_field(dual("cs", 1))       # the current group's S
     pk = c.new_field(bits("pk", gb))      # the pending group's K (the commit's read slot)
+    pks = c.new_field(bits("pks", gb))    # where its values are: pk, or for S = 2 the last sender
     pen = c.new_field(dual("pen", 1))     # a group is pending at this token
     sp = [seen[k].present(0) for k in range(groups - 1)]
+    sx = [seen[k].bit(0) for k in range(groups - 1)]         # seen, and sent its values
     m0 = MLPBuilder(c, "ctl")
     for i in range(gb):
         m0.threshold(ck, i, curg.bit(i) - 0.5, 0.5)
@@ -392,6 +405,18 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     for i in range(gb):
         m0.boolean(pk, i, [v for (K, k), v in pairs.items() if (k >> i) & 1]
                    + [(curg.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
+    # the pending group's values: at <g K> in the largest k < K that sent its own (an S = 2 group
+    # copies the group before it, which sent or copied in turn; the issue's first group sends); at
+    # <wi>/<end> in the last group that sent
+    for i in range(gb):
+        terms = []
+        for K in range(1, groups):
+            sel, n = _select_term(gk, K)
+            for k in range(K):
+                if (k >> i) & 1:
+                    terms.append((2.0 * is_g + sel + sx[k] - lsum(sx[kk] for kk in range(k + 1, K))
+                                   - (2.0 + n + 1.0) + 0.5, 0.5, 1.0))
+        m0.boolean(pks, i, terms + [(lastx.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
     # pending at <g K>: some k < K seen; at <wi>/<end>: a group since <blk>
     m0.boolean(pen, 0, list(pairs.values()) + [(commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
     m0.build()
@@ -414,7 +439,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
                 data = [xb0, xm8]
             col = lsum(dsel.hot(CHUNKS * jj + ch) for jj in range(LANES))     # <d * C *>
             we = dsel.hot(CHUNKS * j + ch) + col + cur_s + 2.0 * is_g - 1.0
-            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch), ck, pk, [data],
+            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch), ck, pks, [data],
                                      we=we).outputs[0]
 
     # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
