@@ -206,6 +206,66 @@ def test_outputs_decode_from_the_token_stream_alone(name):
     assert thread_instructions(kernel, case.grid, case.block, args()) > 0
 
 
+def _group_values(tokens):
+    """Per <g>, in order: (K, L, U, S, {executed lane: its value}), S = 2 taking the issue's previous
+    group's value of the same lane (None where that group did not execute the lane)."""
+    from gpu_layers.machine.protocol import PAYLOAD, lane_masks
+
+    out, prev = [], {}
+    for t in tokens + [("halt",)]:
+        if t[0] in ("wi", "g", "halt") and out and out[-1][5] is not None:
+            k, st, u, s, ch, _ = out[-1]
+            ex = lane_masks(st)[1]
+            lanes = [j for j in range(4) if (ex >> j) & 1]
+            vals = {j: prev.get(j) if s == 2 else
+                    sum(x << (PAYLOAD * c) for (jj, c), x in ch.items() if jj == (0 if s else j)) for j in lanes}
+            out[-1] = (k, st, u, s, vals, None)
+            prev = vals
+        if t[0] == "wi":
+            prev = {}
+        elif t[0] == "g":
+            out.append((t[1], t[2], t[3], t[4], {}, True))
+        elif t[0] == "d":
+            out[-1][4][(t[1], t[2])] = t[3]
+    return [g[:5] for g in out]
+
+
+@pytest.mark.parametrize("name", ["reduce_sum_i32", "warp_reduce", "divergence", "atomic_ops"])
+def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
+    """trace_tokens(copies=True) (the machine core's stream) against the plain stream: the same
+    <g> tokens but S, each group's lanes holding the same values, S = 2 only where its rule holds
+    (a later group of the issue, an ALU instruction writing data, no undefined lane here or in the
+    previous group, executed lanes a subset of the previous group's), never on a memory
+    instruction, and some groups copy (fewer <d>)."""
+    from gpu_layers.machine.protocol import is_memory, lane_masks
+
+    case = next(c for c in _all_cases() if c.name == name)
+    mk = lower(module_for(case.ptx()).kernel(case.kernel), one_warp=True)
+
+    def args():
+        return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
+    plain = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes).tokens
+    copy = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, copies=True).tokens
+    strip = [t for t in copy if t[0] not in ("g", "d")]
+    assert strip == [t for t in plain if t[0] not in ("g", "d")]
+    gp, gc = _group_values(plain), _group_values(copy)
+    assert [g[:3] + (g[4],) for g in gp] == [g[:3] + (g[4],) for g in gc]
+    pcs = [t[2] for t in copy if t[0] == "wi"]
+    issue, prev, copied = -1, None, 0
+    for t in copy:
+        if t[0] == "wi":
+            issue, prev = issue + 1, None
+        elif t[0] == "g":
+            if t[4] == 2:
+                ins = mk.instructions[pcs[issue]]
+                ex = lane_masks(t[2])[1]
+                assert prev is not None and not t[3] and not prev[3] and not ex & ~lane_masks(prev[2])[1]
+                assert not is_memory(ins) and ins.opcode not in ("setp", "bra", "st")
+                copied += 1
+            prev = t
+    assert copied > 0 and sum(t[0] == "d" for t in copy) < sum(t[0] == "d" for t in plain)
+
+
 def test_group_tokens_follow_the_lane_count():
     case = next(c for c in _all_cases() if c.name == "vec_add_i32")
     mk = lower(module_for(case.ptx()).kernel(case.kernel))

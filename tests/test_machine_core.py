@@ -130,10 +130,12 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
     token, and the outputs decoded from the generated tokens alone equal the original kernel's
     on the reference interpreter. scan_inclusive_i32: global and shared memory, barriers, two
     blocks (shared memory starts unwritten in each); reduce_sum_i32: the same with two warps per
-    block (the round robin's <w W H G>, barriers across warps)."""
+    block (the round robin's <w W H G>, barriers across warps). Both have groups that copy the
+    previous group's values (S = 2)."""
     fm, ids = core
     c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
+    assert sum(t.startswith("<g ") and t.endswith(" 2>") for t in want) > 40
     got, bad = run_core(fm, ids, prompt, want)
     assert bad is None and got == want
     dec = MM.decode_dump(got, lay, {i: args[i] for i in _outputs(c)})
@@ -215,7 +217,8 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
     """min_index: one warp of 32 threads (8 lane groups, the register file in two banks of heads
     per lane), poison (an undefined predicate or-ed with a true one is defined); lane_divergence:
     two warps of 32 (banks 2 W + K // 4, the warp kept with each group until its commit at the
-    next issue's <wi>). At every position the model's greedy token is the oracle's; after every
+    next issue's <wi>); both have groups that copy the previous group's values (S = 2: the commit
+    reads the last group that sent them). At every position the model's greedy token is the oracle's; after every
     <wi>, the register file read out of the model's DeltaNet state (inspect_state.core_registers)
     equals the interpreter's registers after the previous step for every thread; every unwritten
     or poisoned slot holds exact zeros (a blank write of rails read a little off 0/1 left -2e-5,
@@ -228,6 +231,7 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
     inv = {i: n for n, i in ids.items()}
     c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
+    assert sum(t.startswith("<g ") and t.endswith(" 2>") for t in want) > 100
     slots = program_of(mk).slots
     snaps = _register_snapshots(c, mk, args, lay, slots)
     empty = {k: None for k in snaps[0]}

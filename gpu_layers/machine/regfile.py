@@ -30,7 +30,8 @@ Vocabulary (the machine tokens of this circuit):
           <wi 0 P>             warp 0 issues machine instruction P
           <g K abcd S>         lane group K; one character per lane, lane 3 first (as `describe`):
                                '-' not executed, '0' executed, '1' executed with predicate result 1,
-                               'u' executed with an undefined result; S = 1: lane 0's chunks for all
+                               'u' executed with an undefined result; S = 1: lane 0's chunks for all;
+                               S = 2: each lane's value of the issue's previous group, no <d>
           <d J C XXX>          chunk C (bits 11 C ..) of lane J's value, hex; zero chunks are absent
           <end>                end of the trace (stands for the protocol's <dump>/<halt>): commits
   The protocol's <g K L U S> maps onto <g K abcd S> (the issued-but-not-executed state 1 is a
@@ -43,7 +44,9 @@ per head per token, write-then-read within a token, a memory cannot compute its 
     K): <g K> zeroes slot K of every chunk head (the chunk-0 heads get the lane's predicate result
     as bit 0 instead, so a predicate's value needs no <d>), each <d J C X> writes slot K of head
     (J, C) (of every lane's head C when S = 1). The commit token reads all 24 at the pending group's
-    slot and writes each executed lane's 64-bit word into the register file in one token;
+    slot (an S = 2 group's: the slot of the last group of the issue that sent its values, `pks`:
+    the `seen` heads keep "sent", `lastx` the last sender for <wi>/<end>) and writes each executed
+    lane's 64-bit word into the register file in one token;
   * which group is pending is state that depends on itself, so it is rebuilt from memories written
     by tokens: at <wi>/<end> it is the last group (`curg`, written at each <g>); at <g K> it is the
     largest k < K seen in this issue: three one-bit heads `seen0..2` (written at <g k>, reset at
