@@ -191,9 +191,12 @@ def lane_loop(em, me, body, turns: int = TURNS, after=None):
     em.emit(f"st.shared.u32 [{ATOMIC_LOCK}], {i}")
     top, end = em.label(), em.label()
     em.place(top)
-    em.emit(f"sub.u32 {d}, {me}, {i}")
+    # d = me ^ i: i is a multiple of `turns` (a power of two), so me is i + k (k < turns) exactly
+    # when d is k, and d >= turns otherwise; me - i would do as well, but a lane below i makes it
+    # a wrapped negative: three data chunks a lane instead of one
+    em.emit(f"xor.b32 {d}, {me}, {i}")
     if turns > 1:                        # lanes whose turn is not in this pass skip it
-        out = em.tmp(1)                  # (me < i wraps: unsigned, it is out too)
+        out = em.tmp(1)
         em.emit(f"setp.ge.u32 {out}, {d}, {turns}")
         em.emit(f"@{out} bra {end}")
     for k in range(turns):
