@@ -209,8 +209,9 @@ def test_outputs_decode_from_the_token_stream_alone(name):
 def _group_values(tokens):
     """Per <g>, in order: (K, L, U, S, {executed lane: its value}), S = 2 taking the issue's previous
     group's value of the same lane (None where that group did not execute the lane)."""
-    from gpu_layers.machine.protocol import PAYLOAD, lane_masks
+    from gpu_layers.machine.protocol import FILL, PAYLOAD, lane_masks
 
+    FILL_ONES = (1 << 32) - (1 << PAYLOAD)         # a fill's bits 11..31
     out, prev = [], {}
     for t in tokens + [("halt",)]:
         if t[0] in ("wi", "g", "halt") and out and out[-1][5] is not None:
@@ -218,7 +219,8 @@ def _group_values(tokens):
             ex = lane_masks(st)[1]
             lanes = [j for j in range(4) if (ex >> j) & 1]
             vals = {j: prev.get(j) if s == 2 else
-                    sum(x << (PAYLOAD * c) for (jj, c), x in ch.items() if jj == (0 if s else j)) for j in lanes}
+                    sum((x | FILL_ONES) if c == FILL else x << (PAYLOAD * c)
+                        for (jj, c), x in ch.items() if jj == (0 if s else j)) for j in lanes}
             out[-1] = (k, st, u, s, vals, None)
             prev = vals
         if t[0] == "wi":
@@ -232,11 +234,12 @@ def _group_values(tokens):
 
 @pytest.mark.parametrize("name", ["reduce_sum_i32", "warp_reduce", "divergence", "atomic_ops"])
 def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
-    """trace_tokens(copies=True) (the machine core's stream) against the plain stream: the same
-    <g> tokens but S, each group's lanes holding the same values, S = 2 only where its rule holds
-    (a later group of the issue, an ALU instruction writing data, no undefined lane here or in the
-    previous group, executed lanes a subset of the previous group's), never on a memory
-    instruction, and some groups copy (fewer <d>)."""
+    """trace_tokens(copies=True, fills=True) (the machine core's stream) against the plain stream:
+    the same <g> tokens but S, each group's lanes holding the same values, S = 2 only where its
+    rule holds (a later group of the issue, an ALU instruction writing data, no undefined lane
+    here or in the previous group, executed lanes a subset of the previous group's), never on a
+    memory instruction, fills (<d J 6 X>) only for ALU results in [2^32 - 256, 2^32), and some
+    groups copy (fewer <d>)."""
     from gpu_layers.machine.protocol import is_memory, lane_masks
 
     case = next(c for c in _all_cases() if c.name == name)
@@ -245,13 +248,14 @@ def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
     def args():
         return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
     plain = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes).tokens
-    copy = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, copies=True).tokens
+    copy = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, copies=True,
+                        fills=True).tokens
     strip = [t for t in copy if t[0] not in ("g", "d")]
     assert strip == [t for t in plain if t[0] not in ("g", "d")]
     gp, gc = _group_values(plain), _group_values(copy)
     assert [g[:3] + (g[4],) for g in gp] == [g[:3] + (g[4],) for g in gc]
     pcs = [t[2] for t in copy if t[0] == "wi"]
-    issue, prev, copied = -1, None, 0
+    issue, prev, copied, fills = -1, None, 0, 0
     for t in copy:
         if t[0] == "wi":
             issue, prev = issue + 1, None
@@ -263,7 +267,11 @@ def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
                 assert not is_memory(ins) and ins.opcode not in ("setp", "bra", "st")
                 copied += 1
             prev = t
+        elif t[0] == "d" and t[2] == 6:
+            assert 0x700 <= t[3] < 0x800 and not is_memory(mk.instructions[pcs[issue]])
+            fills += 1
     assert copied > 0 and sum(t[0] == "d" for t in copy) < sum(t[0] == "d" for t in plain)
+    assert fills > 0 or name != "divergence"
 
 
 def test_group_tokens_follow_the_lane_count():

@@ -26,7 +26,7 @@ from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import Scalar, module_for
 from gpu_layers.machine import allocate, lower
 from gpu_layers.machine.inspect_state import read_registers, registers_at, written
-from gpu_layers.machine.protocol import lane_states
+from gpu_layers.machine.protocol import FILL, lane_states
 from gpu_layers.machine.regfile import (CHUNKS, GROUPS, MAX_BLOCKS, PAYLOAD, PCS, REGS, RF_PORT, WIDTHS,
                                         RegfileError, RegfileProgram, build_regfile, chunk_bits)
 from tests.conftest import require_gpu_truth
@@ -71,6 +71,8 @@ class StreamModel:
             self.pc, self.last = tok[2], {}
         elif kind == "g":
             self.group = (tok[1], tok[2], tok[3], tok[4], self.pc, {})
+        elif kind == "d" and tok[2] == FILL:          # chunk 0, and bits 11..31 ones
+            self.group[5].update({(tok[1], 0): tok[3], (tok[1], 1): 0x7FF, (tok[1], 2): 0x3FF})
         elif kind == "d":
             self.group[5][(tok[1], tok[2])] = tok[3]
 
@@ -111,7 +113,7 @@ def random_value(rng, width):
     if kind == 2:
         return top & ~((1 << (width - 3)) - 1)                    # only the top bits
     if kind == 3:
-        return int(rng.choice([top, 1 << (width - 1), (1 << 11) | 1])) & top
+        return int(rng.choice([top, 1 << (width - 1), (1 << 11) | 1, (1 << 32) - int(rng.integers(1, 257))])) & top
     return int(rng.integers(0, 1 << 62)) * 4 + int(rng.integers(4)) & top
 
 
@@ -171,6 +173,9 @@ def random_stream(rng, prog, n_issues, blocks=3):
                 prev = None if u else (ex, vals)
                 data = []
                 for j in ([ex[0]] if same else ex):
+                    if width >= 32 and (1 << 32) - 256 <= vals[j] < 1 << 32 and rng.random() < 0.7:
+                        data.append(("d", 0 if same else j, FILL, vals[j] & 0x7FF))   # a fill
+                        continue
                     data += [("d", 0 if same else j, c, x) for c, x in enumerate(chunks_of(vals[j])) if x]
                 if d is None:
                     data = data[:2]                 # a no-write instruction's data is ignored
@@ -389,7 +394,7 @@ def test_compiled_size_report(rf, capsys):
     s = comp.shapes
     assert all(pl.groups(s) <= s.linear_num_key_heads for pl in comp.plans)
     vocab = PCS + 1 + REGS * len(WIDTHS) + MAX_BLOCKS + PCS + GROUPS * 4 ** 4 * 2 + (GROUPS - 1) * 2 ** 4 + \
-        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 1      # (S = 2: groups 1.., lanes - or 0)
+        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 4 * 256 + 1   # (S = 2: groups 1.., lanes - or 0; fills)
     assert comp.machine.vocab_size == vocab
     place = comp.port(RF_PORT)
     assert place.layer == 3 and [len(h) for h in place.heads] == [1, 1, 1, 1] and place.port.slots == 128

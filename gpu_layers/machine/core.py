@@ -82,7 +82,7 @@ from gpu_layers.machine import control as C
 from gpu_layers.machine import memory_map as MM
 from gpu_layers.machine import memunit as MU
 from gpu_layers.machine import regfile as R
-from gpu_layers.machine.protocol import lane_masks
+from gpu_layers.machine.protocol import FILL, FILL_LO, lane_masks
 from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
@@ -382,7 +382,7 @@ def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0,
                                                                 shared_bytes // 4)), None)
 
     tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
-                      buffer_offsets=lay.offsets, fault=fault, copies=True)
+                      buffer_offsets=lay.offsets, fault=fault, copies=True, fills=True)
     toks, pc = [], None
     for t in tr.tokens:
         if t[0] == "fault":                     # the faulting lane's ticks, then <fault>: no dump
@@ -742,6 +742,22 @@ def core_circuit() -> Circuit:
     def first(j):
         return E[j] - lsum(E[jj] for jj in range(j))
 
+    # fills: a lane whose ALU result is in [2^32 - 256, 2^32) (bits 8..31 ones, none above) sends
+    # one <d J 6 X> at its chunk-0 slot for its three chunks. Four exact steps a lane, beside the
+    # flags (the latch is all they read): the fill is still to come at the chunk-0 slot / at the
+    # chunk 1 and 2 slots, with S = 0 (the lane's own slots) and S = 1 (the first lane, lane 0's)
+    fl = c.new_field(dual("fill", 4 * LANES))
+    m = MLPBuilder(c, "emit_fill")
+    for j in range(LANES):
+        q = lsum(latch[j].bit(b) for b in range(8, 32)) - lsum(latch[j].bit(b) for b in range(32, 64))
+        for i, (mode, slot) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+            if mode == 0:
+                gate = at + (1.0 - S) - S2 + E[j] + after(R.CHUNKS * j + slot) - 4.0
+            else:
+                gate = at + S + first(j) + after(slot) - 4.0
+            m.threshold(fl, 4 * j + i, BIGM * gate + q - 23.5, 0.5)
+    m.build()
+
     flag = c.new_field(dual("flag", 2 * NS))      # [0, NS): S = 0 slots; [NS, 2 NS): S = 1 (lane j first)
     m = MLPBuilder(c, "emit_flags")
     for j in range(LANES):
@@ -752,16 +768,21 @@ def core_circuit() -> Circuit:
             m.threshold(flag, NS + s, BIGM * (at + S + first(j) + after(ch)) + nz - 4 * BIGM - 0.5, 0.5)
     m.build()
 
-    def F(s):                     # emission slot s is possible
+    def F(s):                     # emission slot s is possible (0, 1, or 2: a fill's nonzero chunk 0)
+        j, ch = divmod(s, R.CHUNKS)
+        out = flag.bit(s) + (fl.bit(4 * j) if ch == 0 else -1.0 * fl.bit(4 * j + 1) if ch < 3 else 0.0)
         if s >= R.CHUNKS:
-            return flag.bit(s)
-        return flag.bit(s) + lsum(flag.bit(NS + R.CHUNKS * j + s) for j in range(LANES))
+            return out
+        out = out + lsum(flag.bit(NS + R.CHUNKS * jj + s) for jj in range(LANES))
+        if ch == 0:
+            return out + lsum(fl.bit(4 * jj + 2) for jj in range(LANES))
+        return out - lsum(fl.bit(4 * jj + 3) for jj in range(LANES)) if ch < 3 else out
 
     sel = c.new_field(dual("sel", NS))
     more = c.new_field(dual("more", 1))
     m = MLPBuilder(c, "emit_pick")
     for s in range(NS):
-        m.threshold(sel, s, F(s) - lsum(F(t) for t in range(s)) - 0.5, 0.5)
+        m.threshold(sel, s, F(s) - 2.0 * lsum(F(t) for t in range(s)) - 0.5, 0.5)
     m.threshold(more, 0, lsum(F(s) for s in range(NS)) - 0.5, 0.5)
     m.build()
     xo = c.new_field(dual("xo", R.PAYLOAD))
@@ -777,6 +798,9 @@ def core_circuit() -> Circuit:
                 terms.append((sel.bit(s) + v + (1.0 - S) - 2.5, 0.5, 1.0))
                 terms.append((sel.bit(ch) + v + S + first(j) - 3.5, 0.5, 1.0))
         m.boolean(xo, b, terms)
+    fsel = c.new_field(dual("fsel", 1))           # the picked slot is a fill (<d J 6 X>)
+    m.boolean(fsel, 0, [(sel.bit(R.CHUNKS * j) + fl.bit(4 * j) - 1.5, 0.5, 1.0) for j in range(LANES)]
+              + [(sel.bit(0) + fl.bit(4 * j + 2) - 1.5, 0.5, 1.0) for j in range(LANES)])
     m.build()
 
     # ---- vocabulary -----------------------------------------------------------------------------
@@ -848,8 +872,13 @@ def core_circuit() -> Circuit:
             for x in range(1 << R.chunk_bits(ch)):
                 name = tok_d(j, ch, x)
                 c.token(name, kind=K("d"), **R.d_inputs(j, ch, x))
-                c.logit(name, emit + 100.0 * sel.bit(s)
+                c.logit(name, emit + 100.0 * sel.bit(s) + (_pm(0, fsel.bit(0)) if ch == 0 else 0.0)
                         + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
+        for x in range(FILL_LO % (1 << R.PAYLOAD), 1 << R.PAYLOAD):   # fills: -256 .. -1 as 32 bits
+            name = tok_d(j, FILL, x)
+            c.token(name, kind=K("d"), **R.d_inputs(j, FILL, x))
+            c.logit(name, emit + 100.0 * sel.bit(R.CHUNKS * j) + _pm(1, fsel.bit(0))
+                    + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.PAYLOAD)))
     return c
 
 

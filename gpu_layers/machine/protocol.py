@@ -24,7 +24,9 @@ token, so each token names what it carries):
                        group that sent them, docs/machine.md §27)
     <d J C X>          write-back data: chunk C (PAYLOAD bits, low chunk first) of the destination
                        register(s) of lane J of the group; chunks that are 0 are not sent (a
-                       register's chunks not sent are 0), so small values cost fewer tokens
+                       register's chunks not sent are 0), so small values cost fewer tokens;
+                       C = 6 (fills=True, the core's stream): chunk 0 is X and bits 11..31 are
+                       ones, for ALU results in [2^32 - 256, 2^32): -1 .. -256 as 32 bits
     <dump N>           output buffer N follows, as <x X> tokens of its 16-bit words in order
     <x X>              16 bits of a dumped buffer
     <halt>             the launch is over
@@ -62,6 +64,8 @@ from gpu_layers.interp.machine import _execute, launch
 
 CHUNK = 16            # bits of a dumped word
 PAYLOAD = 11          # bits of write-back data per <d> token (2 lane + 3 chunk + 11 = 16 bits)
+FILL = 6              # <d J 6 X>: chunk 0 is X, bits 11..31 are ones, bits 32.. zero (the core's stream)
+FILL_LO = (1 << 32) - 256     # the values a fill carries: X in [0x700, 0x7ff]
 
 
 @dataclass
@@ -92,7 +96,7 @@ def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
 
 
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
-                 step_budget=None, buffer_offsets=None, fault=None, copies=False) -> Trace:
+                 step_budget=None, buffer_offsets=None, fault=None, copies=False, fills=False) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).
     outputs: indices of the buffer arguments to dump at the end (default: every buffer);
     buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers).
@@ -100,7 +104,9 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     None: checked before every step; at a faulting lane l the lane groups before l's execute and
     are traced, then ("fault", group, lane, executed lanes of l's group) ends the stream (no dump).
     copies: groups may copy the previous group's values (S = 2; the machine core's protocol: the
-    register-file circuits before it have no such <g>)."""
+    register-file circuits before it have no such <g>). fills: an ALU result in [2^32 - 256,
+    2^32) (a small negative 32-bit value, or one zero-extended to 64 bits) is one <d J 6 X>, X its
+    chunk 0 (bits 11..31 ones, the rest zero), instead of three chunks (the core's stream too)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
@@ -124,7 +130,8 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         lanes_on = set(active) | set(done)
         done_set = set(done)
         R = W.R
-        can_copy = copies and bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
+        alu_data = bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
+        can_copy, can_fill = copies and alu_data, fills and alu_data
         prev = None                                   # (executed, undefined, values) of the last group
         for k in range(32 // lanes):
             group = [l for l in range(k * lanes, (k + 1) * lanes) if l in lanes_on]
@@ -159,7 +166,11 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             else:
                 same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
                 for j, ch in (words[:1] if same else words):
-                    data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
+                    val = sum(x << (PAYLOAD * ci) for ci, x in enumerate(ch))
+                    if can_fill and FILL_LO <= val <= 0xFFFFFFFF:     # a small negative 32-bit value
+                        data.append(("d", 0 if same else j, FILL, val & ((1 << PAYLOAD) - 1)))
+                    else:
+                        data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
             prev = (e, u, vals)
             toks.append(("g", k, lane_states(issued & gmask, e & gmask, v, lanes), u, same))
             toks.extend(data)
@@ -299,6 +310,9 @@ def describe(tok) -> str:
             {0: "", 1: ", one value for all", 2: ", the previous group's values"}[same]
         lanes = " ".join(str((st >> (2 * j)) & 3) for j in reversed(range(4)))
         return f"<g {grp} {lanes} {u:04b} {same}>  lane group {grp}: issued {a:04b}, executed {e:04b}{extra}"
+    if k == "d" and tok[2] == FILL:
+        return (f"<d {tok[1]} {tok[2]} {tok[3]:#05x}>   lane {tok[1]}: bits 0..10 = {tok[3]:#x}, "
+                f"11..31 ones ({tok[3] - (1 << PAYLOAD)} as 32 bits)")
     if k == "d":
         return f"<d {tok[1]} {tok[2]} {tok[3]:#05x}>   lane {tok[1]}, chunk {tok[2]}: bits " \
                f"{PAYLOAD * tok[2]}..{PAYLOAD * tok[2] + PAYLOAD - 1} = {tok[3]:#x}"

@@ -87,7 +87,7 @@ from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
-from gpu_layers.machine.protocol import PAYLOAD, lane_masks
+from gpu_layers.machine.protocol import FILL, PAYLOAD, lane_masks
 
 LANES, GROUPS = 4, 4
 THREADS = LANES * GROUPS              # one warp of 16 threads
@@ -204,6 +204,9 @@ class RegfileProgram:
                 if same and j:
                     raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 1 group: its value is sent once, as lane 0")
                 width = dest[1] if dest is not None else WBITS
+                if c == FILL and width >= 32 and 0x700 <= x < 1 << PAYLOAD and 0 <= j < LANES:
+                    out.append(tok_d(j, c, x))
+                    continue
                 if not 0 <= j < LANES or not 0 <= c < CHUNKS or x >> max(0, min(chunk_bits(c), width - PAYLOAD * c)):
                     raise RegfileError(f"<d {j} {c} {x:#x}>: beyond the destination's {width} bits")
                 out.append(tok_d(j, c, x))
@@ -298,6 +301,8 @@ def build_regfile(config) -> RegfileMachine:
         for ch in range(CHUNKS):
             for x in range(1 << chunk_bits(ch)):
                 c.token(tok_d(j, ch, x), kind=K("d"), **d_inputs(j, ch, x))
+        for x in range(0x700, 1 << PAYLOAD):        # fills: -256 .. -1 as 32 bits
+            c.token(tok_d(j, FILL, x), kind=K("d"), **d_inputs(j, FILL, x))
     c.token(END, kind=K("end"))
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
@@ -322,9 +327,10 @@ def g_inputs(k: int, lanes: list[int], sf: int) -> dict:
 
 
 def d_inputs(j: int, ch: int, x: int) -> dict:
-    """The register file's inputs of a <d J C X> token."""
-    return dict(dsel=CHUNKS * j + ch, xb0=x & 1, xm8=(x >> 1) & 255, x9=(x >> 9) & 1, x10=(x >> 10) & 1,
-                **{f"b0_{jj}": x & 1 for jj in range(LANES)})
+    """The register file's inputs of a <d J C X> token (C = FILL: chunk 0 is X, bits 11..31 ones)."""
+    fill = ch == FILL
+    return dict(dsel=CHUNKS * j + (0 if fill else ch), xb0=x & 1, xm8=(x >> 1) & 255, x9=(x >> 9) & 1,
+                x10=(x >> 10) & 1, dfill=int(fill), **{f"b0_{jj}": x & 1 for jj in range(LANES)})
 
 
 def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pcs: int = PCS,
@@ -364,6 +370,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     #                                                     # result; <d>: X bit 0 (chunk-0 heads' bit 0)
     dsel = c.input(onehot("dsel", LANES * CHUNKS + 1), default=LANES * CHUNKS)   # <d J C>: 6 J + C
     xb0 = c.input(bits("xb0", 1), default=0)              # <d>: X bit 0
+    dfill = c.input(bits("dfill", 1), default=0)          # <d J 6 X>: bits 11..31 are ones
     xm8 = c.input(bits("xm8", 8), default=0)              # <d>: X bits 1..8
     x9 = c.input(bits("x9", 1), default=0)                # <d>: X bit 9
     x10 = c.input(bits("x10", 1), default=0)              # <d>: X bit 10
@@ -434,15 +441,15 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     chunks = [[None] * CHUNKS for _ in range(LANES)]
     for j in range(LANES):
         for ch in range(CHUNKS):
-            if ch == 0:
-                data = [b0[j], xm8, x9, x10]
+            if ch == 0:                   # (and the fill flag: bits 11..31 ones, at the commit)
+                data = [b0[j], xm8, x9, x10, dfill]
             elif chunk_bits(ch) == PAYLOAD:
                 data = [xb0, xm8, x9, x10]
             else:
                 data = [xb0, xm8]
             col = lsum(dsel.hot(CHUNKS * jj + ch) for jj in range(LANES))     # <d * C *>
             we = dsel.hot(CHUNKS * j + ch) + col + cur_s + 2.0 * is_g - 1.0
-            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch), ck, pks, [data],
+            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch) + (ch == 0), ck, pks, [data],
                                      we=we).outputs[0]
 
     # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
@@ -476,7 +483,20 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     mc.build()
 
     we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]
-    return SimpleNamespace(rf_addr=rf_addr, rf_data=[chunks[j] for j in range(LANES)],
+    # ---- the commit's value: bits 11..31 are ones where the lane's chunk 0 came as a fill -------
+    lo = [c.new_field(dual(f"rfv_lo{j}", PAYLOAD)) for j in range(LANES)]
+    mid = [c.new_field(dual(f"rfv_mid{j}", 2 * PAYLOAD)) for j in range(LANES)]
+    mf = MLPBuilder(c, "fill_commit")
+    for j in range(LANES):
+        f = chunks[j][0].bit(PAYLOAD)
+        for b in range(PAYLOAD):
+            mf.threshold(lo[j], b, chunks[j][0].bit(b) - 0.5, 0.5)
+        for i in range(2 * PAYLOAD):             # value bits 11..32: chunk 1, then chunk 2
+            src = chunks[j][1 + i // PAYLOAD].bit(i % PAYLOAD)
+            mf.threshold(mid[j], i, src + (f if i < 21 else 0.0) - 0.5, 0.5)
+    mf.build()
+    rf_data = [[lo[j], mid[j]] + chunks[j][3:] for j in range(LANES)]
+    return SimpleNamespace(rf_addr=rf_addr, rf_data=rf_data,
                            rf_we=we_bank[0], rf_we_bank=we_bank,
                            rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
                            cinst_lo=cinst_lo, cinst_hi=cinst_hi, ck=ck, cs=cs, dsel=dsel, addr_lo=addr_lo,
