@@ -32,7 +32,8 @@ Vocabulary (the machine tokens of this circuit):
                                '-' not executed, '0' executed, '1' executed with predicate result 1,
                                'u' executed with an undefined result; S = 1: lane 0's chunks for all;
                                S = 2: each lane's value of the issue's previous group, no <d>
-          <d J C XXX>          chunk C (bits 11 C ..) of lane J's value, hex; zero chunks are absent
+          <d J C XXX>          chunk C (bits 11 C ..) of lane J's value, hex; zero chunks are absent;
+                               C = 6, a fill: chunk 0 is XXX and bits 11..31 are ones
           <end>                end of the trace (stands for the protocol's <dump>/<halt>): commits
   The protocol's <g K L U S> maps onto <g K abcd S> (the issued-but-not-executed state 1 is a
   control matter, gpu_layers.machine.control, and reads as '-' here).
