@@ -208,8 +208,9 @@ def test_outputs_decode_from_the_token_stream_alone(name):
 
 def _group_values(tokens):
     """Per <g>, in order: (K, L, U, S, {executed lane: its value}), S = 2 taking the issue's previous
-    group's value of the same lane (None where that group did not execute the lane)."""
-    from gpu_layers.machine.protocol import FILL, PAYLOAD, lane_masks
+    group's value of the same lane (None where that group did not execute the lane), a lane copy
+    (<d J 7 I>) lane I's."""
+    from gpu_layers.machine.protocol import COPY, FILL, PAYLOAD, lane_masks
 
     FILL_ONES = (1 << 32) - (1 << PAYLOAD)         # a fill's bits 11..31
     out, prev = [], {}
@@ -218,9 +219,10 @@ def _group_values(tokens):
             k, st, u, s, ch, _ = out[-1]
             ex = lane_masks(st)[1]
             lanes = [j for j in range(4) if (ex >> j) & 1]
+            src = {j: ch.get((j, COPY), j) for j in lanes}
             vals = {j: prev.get(j) if s == 2 else
                     sum((x | FILL_ONES) if c == FILL else x << (PAYLOAD * c)
-                        for (jj, c), x in ch.items() if jj == (0 if s else j)) for j in lanes}
+                        for (jj, c), x in ch.items() if jj == (0 if s else src[j]) and c != COPY) for j in lanes}
             out[-1] = (k, st, u, s, vals, None)
             prev = vals
         if t[0] == "wi":
@@ -232,14 +234,19 @@ def _group_values(tokens):
     return [g[:5] for g in out]
 
 
+LANE_COPIES = ("warp_reduce", "atomic_ops")      # cases whose stream has lane copies (measured: 82, 42)
+
+
 @pytest.mark.parametrize("name", ["reduce_sum_i32", "warp_reduce", "divergence", "atomic_ops"])
 def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
-    """trace_tokens(copies=True, fills=True) (the machine core's stream) against the plain stream:
-    the same <g> tokens but S, each group's lanes holding the same values, S = 2 only where its
-    rule holds (a later group of the issue, an ALU instruction writing data, no undefined lane
-    here or in the previous group, executed lanes a subset of the previous group's), never on a
-    memory instruction, fills (<d J 6 X>) only for ALU results in [2^32 - 256, 2^32), and some
-    groups copy (fewer <d>)."""
+    """trace_tokens(copies=True, fills=True, lane_copies=True) (the machine core's stream)
+    against the plain stream: the same <g> tokens but S, each group's lanes holding the same
+    values, S = 2 only where its rule holds (a later group of the issue, an ALU instruction
+    writing data, no undefined lane here or in the previous group, executed lanes a subset of the
+    previous group's), never on a memory instruction, fills (<d J 6 X>) only for ALU results in
+    [2^32 - 256, 2^32), lane copies (<d J 7 I>) only in an S = 0 group of an ALU instruction, from
+    an earlier executed defined lane that sent its own value, for a nonzero value, and some groups
+    copy (fewer <d>)."""
     from gpu_layers.machine.protocol import is_memory, lane_masks
 
     case = next(c for c in _all_cases() if c.name == name)
@@ -249,13 +256,13 @@ def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
         return [a.data.copy() if a.is_buffer else Scalar(a.elem_type, a.value) for a in case.args]
     plain = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes).tokens
     copy = trace_tokens(mk, case.grid, case.block, args(), case.dynamic_shared_bytes, copies=True,
-                        fills=True).tokens
+                        fills=True, lane_copies=True).tokens
     strip = [t for t in copy if t[0] not in ("g", "d")]
     assert strip == [t for t in plain if t[0] not in ("g", "d")]
     gp, gc = _group_values(plain), _group_values(copy)
     assert [g[:3] + (g[4],) for g in gp] == [g[:3] + (g[4],) for g in gc]
     pcs = [t[2] for t in copy if t[0] == "wi"]
-    issue, prev, copied, fills = -1, None, 0, 0
+    issue, prev, copied, fills, lane_copies, own = -1, None, 0, 0, 0, set()
     for t in copy:
         if t[0] == "wi":
             issue, prev = issue + 1, None
@@ -266,12 +273,21 @@ def test_groups_that_copy_the_previous_group_carry_the_same_values(name):
                 assert prev is not None and not t[3] and not prev[3] and not ex & ~lane_masks(prev[2])[1]
                 assert not is_memory(ins) and ins.opcode not in ("setp", "bra", "st")
                 copied += 1
-            prev = t
+            prev, own = t, set()
         elif t[0] == "d" and t[2] == 6:
             assert 0x700 <= t[3] < 0x800 and not is_memory(mk.instructions[pcs[issue]])
             fills += 1
+            own.add(t[1])
+        elif t[0] == "d" and t[2] == 7:
+            ex, u = lane_masks(prev[2])[1], prev[3]
+            assert prev[4] == 0 and t[3] < t[1] and (ex >> t[3]) & 1 and not (u >> t[3]) & 1 and not (u >> t[1]) & 1
+            assert t[3] in own and t[1] not in own and not is_memory(mk.instructions[pcs[issue]])
+            lane_copies += 1
+        elif t[0] == "d":
+            own.add(t[1])
     assert copied > 0 and sum(t[0] == "d" for t in copy) < sum(t[0] == "d" for t in plain)
     assert fills > 0 or name != "divergence"
+    assert lane_copies > 0 or name not in LANE_COPIES
 
 
 def test_group_tokens_follow_the_lane_count():

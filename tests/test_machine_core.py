@@ -218,7 +218,9 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
     per lane), poison (an undefined predicate or-ed with a true one is defined); lane_divergence:
     two warps of 32 (banks 2 W + K // 4, the warp kept with each group until its commit at the
     next issue's <wi>); both have groups that copy the previous group's values (S = 2: the commit
-    reads the last group that sent them) and fills (small negative values in one <d>). At every position the model's greedy token is the oracle's; after every
+    reads the last group that sent them) and fills (small negative values in one <d>); min_index has
+    lane copies (<d J 7 I>: the commit takes lane I's value). At every position the model's greedy
+    token is the oracle's; after every
     <wi>, the register file read out of the model's DeltaNet state (inspect_state.core_registers)
     equals the interpreter's registers after the previous step for every thread; every unwritten
     or poisoned slot holds exact zeros (a blank write of rails read a little off 0/1 left -2e-5,
@@ -234,6 +236,8 @@ def test_core_runs_whole_warps_and_its_state_holds_the_interpreters_registers(co
     assert sum(t.startswith("<g ") and t.endswith(" 2>") for t in want) > 100
     # fills (<d J 6 X>: -256 .. -1 as 32 bits, one token for three chunks)
     assert sum(t.startswith("<d ") and t.split()[2] == "6" for t in want) >= {"min_index": 40}.get(name, 1)
+    # lane copies (<d J 7 I>: lane J's operands, so its value, are lane I's; 232 in min_index)
+    assert sum(t.startswith("<d ") and t.split()[2] == "7" for t in want) >= {"min_index": 200}.get(name, 0)
     slots = program_of(mk).slots
     snaps = _register_snapshots(c, mk, args, lay, slots)
     empty = {k: None for k in snaps[0]}

@@ -26,7 +26,7 @@ from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import Scalar, module_for
 from gpu_layers.machine import allocate, lower
 from gpu_layers.machine.inspect_state import read_registers, registers_at, written
-from gpu_layers.machine.protocol import FILL, lane_states
+from gpu_layers.machine.protocol import COPY, FILL, lane_states
 from gpu_layers.machine.regfile import (CHUNKS, GROUPS, MAX_BLOCKS, PAYLOAD, PCS, REGS, RF_PORT, WIDTHS,
                                         RegfileError, RegfileProgram, build_regfile, chunk_bits)
 from tests.conftest import require_gpu_truth
@@ -55,7 +55,8 @@ class StreamModel:
     lands when the next <g>, <wi> or the end arrives; <blk> empties the file (and drops a pending
     group). Executed lanes (state >= 2) write; undefined lanes (U) write None; a predicate's value
     is its lane state (3 = 1, 2 = 0); other values are their chunks (absent = 0), lane 0's for every
-    lane when S = 1, and the issue's previous group's (same lane) when S = 2."""
+    lane when S = 1, the issue's previous group's (same lane) when S = 2, and lane I's where lane J
+    sent <d J 7 I>."""
 
     def __init__(self, dests):
         self.dests, self.regs, self.group, self.pc, self.last = dests, {}, None, None, {}
@@ -71,6 +72,8 @@ class StreamModel:
             self.pc, self.last = tok[2], {}
         elif kind == "g":
             self.group = (tok[1], tok[2], tok[3], tok[4], self.pc, {})
+        elif kind == "d" and tok[2] == COPY:          # lane J's value is lane I's
+            self.group[5][("copy", tok[1])] = tok[3]
         elif kind == "d" and tok[2] == FILL:          # chunk 0, and bits 11..31 ones
             self.group[5].update({(tok[1], 0): tok[3], (tok[1], 1): 0x7FF, (tok[1], 2): 0x3FF})
         elif kind == "d":
@@ -96,7 +99,7 @@ class StreamModel:
             elif s == 2:
                 v = self.last[j]
             else:
-                src = 0 if s else j
+                src = 0 if s else chunks.get(("copy", j), j)
                 v = sum(chunks.get((src, c), 0) << (PAYLOAD * c) for c in range(CHUNKS))
             self.regs[(4 * k + j, slot)] = v
             lanes[j] = v
@@ -169,10 +172,20 @@ def random_stream(rng, prog, n_issues, blocks=3):
                     v = random_value(rng, width) or 5
                     vals = {j: 0 if (u >> j) & 1 else v for j in ex}
                     same = int(len(set(vals.values())) == 1)
+                copied = {}                 # lane copies: lane j takes an earlier lane's value
+                if not same and rng.random() < 0.5:
+                    for jj, j in enumerate(ex):
+                        srcs = [i for i in ex[:jj] if i not in copied and not (u >> i) & 1]
+                        if srcs and not (u >> j) & 1 and rng.random() < 0.6:
+                            copied[j] = int(rng.choice(srcs))
+                            vals[j] = vals[copied[j]]
                 toks.append(("g", k, lane_states(issued, exm, 0), u, same))
                 prev = None if u else (ex, vals)
                 data = []
                 for j in ([ex[0]] if same else ex):
+                    if j in copied:
+                        data.append(("d", j, COPY, copied[j]))
+                        continue
                     if width >= 32 and (1 << 32) - 256 <= vals[j] < 1 << 32 and rng.random() < 0.7:
                         data.append(("d", 0 if same else j, FILL, vals[j] & 0x7FF))   # a fill
                         continue
@@ -219,6 +232,7 @@ def test_random_stream_decode_every_position(rf, model):
     seen = [v for st in exp for v in st.values()]
     assert sum(v is None for v in seen) > 0 and sum(v is not None and v >> 32 for v in seen) > 0
     assert {n.split()[0] for n in names} == {"<pa", "<pd", "<blk", "<wi", "<g", "<d", "<end>"}
+    assert {n.split()[2] for n in names if n.startswith("<d")} >= {"6", "7"}     # fills and lane copies
 
 
 def test_random_stream_prefill_segments_and_one_shot(rf, model):
@@ -361,6 +375,7 @@ def test_refusals(rf):
                 [("wi", 0, 1), ("g", 0, 3, 0, 0)], [("wi", 0, 0), ("g", 0, 2, 0, 0), ("d", 0, 0, 1)],
                 [("wi", 0, 1), ("g", 0, 2, 0, 0), ("d", 0, 3, 1)], [("wi", 0, 1), ("g", 0, 2, 0, 0), ("d", 0, 2, 1024)],
                 [("wi", 0, 2), ("g", 0, 2, 0, 0), ("d", 0, 6, 1)], [("wi", 0, 1), ("g", 0, 10, 0, 1), ("d", 1, 0, 1)],
+                [("wi", 0, 1), ("g", 0, 10, 0, 0), ("d", 1, 7, 1)], [("wi", 0, 1), ("g", 0, 10, 0, 1), ("d", 1, 7, 0)],
                 [("x", 5)]]:
         with pytest.raises(RegfileError):
             prog.stream_tokens(bad)
@@ -394,7 +409,8 @@ def test_compiled_size_report(rf, capsys):
     s = comp.shapes
     assert all(pl.groups(s) <= s.linear_num_key_heads for pl in comp.plans)
     vocab = PCS + 1 + REGS * len(WIDTHS) + MAX_BLOCKS + PCS + GROUPS * 4 ** 4 * 2 + (GROUPS - 1) * 2 ** 4 + \
-        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 4 * 256 + 1   # (S = 2: groups 1.., lanes - or 0; fills)
+        4 * sum(1 << chunk_bits(c) for c in range(CHUNKS)) + 4 * 256 + 6 + 1
+    # (S = 2: groups 1.., lanes - or 0; fills; lane copies (I, J), I < J)
     assert comp.machine.vocab_size == vocab
     place = comp.port(RF_PORT)
     assert place.layer == 3 and [len(h) for h in place.heads] == [1, 1, 1, 1] and place.port.slots == 128

@@ -82,7 +82,7 @@ from gpu_layers.machine import control as C
 from gpu_layers.machine import memory_map as MM
 from gpu_layers.machine import memunit as MU
 from gpu_layers.machine import regfile as R
-from gpu_layers.machine.protocol import FILL, FILL_LO, lane_masks
+from gpu_layers.machine.protocol import COPY, FILL, FILL_FREE, FILL_X0, lane_masks
 from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
@@ -106,6 +106,7 @@ PS_BITS = 16
 PQ_BITS = 8
 IMM_CHUNKS = 6
 BIGM = 100.0
+COPY_PAIRS = [(i, j) for j in range(1, LANES) for i in range(j)]   # (source, copying lane)
 
 
 class CoreError(QwenGPUError, ValueError):
@@ -282,10 +283,9 @@ def _plain_moves(code) -> int:
     """How many instructions of lowered code are register copies (`mov %a, %b`): the most that
     allocation can drop (regalloc.drop_self_moves), so code longer than the program memory by
     more than these cannot fit."""
-    from gpu_layers.ptx.ir import Reg
+    from gpu_layers.machine.regalloc import is_register_copy
 
-    return sum(1 for ins in code.instructions if ins.opcode == "mov" and len(ins.operands) == 2
-               and all(isinstance(x, Reg) for x in ins.operands))
+    return sum(map(is_register_copy, code.instructions))
 
 
 def _slots_needed(mk) -> int:
@@ -382,7 +382,8 @@ def launch_tokens(kernel, grid, block, args, outputs=(), dynamic_shared_bytes=0,
                                                                 shared_bytes // 4)), None)
 
     tr = trace_tokens(kernel, grid, block, args, dynamic_shared_bytes, outputs=[], step_budget=step_budget,
-                      buffer_offsets=lay.offsets, fault=fault, copies=True, fills=True)
+                      buffer_offsets=lay.offsets, fault=fault, copies=True, fills=True,
+                      lane_copies=True)
     toks, pc = [], None
     for t in tr.tokens:
         if t[0] == "fault":                     # the faulting lane's ticks, then <fault>: no dump
@@ -670,6 +671,7 @@ def core_circuit() -> Circuit:
                       (10 * BIGM * (mode["or"] + e + pb - pa) + wl - sa - 30 * BIGM - 0.5, 0.5, 1.0)]
         m.boolean(und, j, terms)
     m.build()
+    lane_src = _lane_sources(c, A, Bw, P, ex, und, dst_data, mu.mem)
 
     # ---- the memory unit: address bits, the served lane, the banks, the loaded word -----------
     ad, al, kb = MU.address_bits(c, [rfa[j] for j in range(LANES)], imm)
@@ -722,6 +724,8 @@ def core_circuit() -> Circuit:
     # ---- the latch (slot K') and the emitter (at <g K> and <d>) ----------------------------------
     latch = B.memory(c, "latch", GROUPS, 64, nk, r.ck, res, we=has_next.bit(0), reset=hot["blk"],
                      lanes=LANES).outputs
+    latch_c = B.memory(c, "latch_c", GROUPS, len(COPY_PAIRS), nk, r.ck, [lane_src], we=has_next.bit(0),
+                       reset=hot["blk"]).outputs[0]
     gcur = B.memory(c, "gcur", 1, 2 * LANES + 2, 0, 0,
                     [[_input(c, "ge"), _input(c, "gu"), _input(c, "gsf"), _input(c, "gxp")]],
                     we=hot["g"], reset=hot["blk"]).outputs[0]
@@ -742,29 +746,40 @@ def core_circuit() -> Circuit:
     def first(j):
         return E[j] - lsum(E[jj] for jj in range(j))
 
+    def cp(j):                    # lane j copies an earlier lane (if its value is not 0)
+        return lsum(latch_c.bit(p) for p, (_, jj) in enumerate(COPY_PAIRS) if jj == j)
+
     # fills: a lane whose ALU result is in [2^32 - 256, 2^32) (bits 8..31 ones, none above) sends
     # one <d J 6 X> at its chunk-0 slot for its three chunks. Four exact steps a lane, beside the
     # flags (the latch is all they read): the fill is still to come at the chunk-0 slot / at the
-    # chunk 1 and 2 slots, with S = 0 (the lane's own slots) and S = 1 (the first lane, lane 0's)
+    # chunk 1 and 2 slots, with S = 0 (the lane's own slots; not a lane that copies) and S = 1
+    # (the first lane, lane 0's)
     fl = c.new_field(dual("fill", 4 * LANES))
     m = MLPBuilder(c, "emit_fill")
     for j in range(LANES):
-        q = lsum(latch[j].bit(b) for b in range(8, 32)) - lsum(latch[j].bit(b) for b in range(32, 64))
+        q = lsum(latch[j].bit(b) for b in range(FILL_FREE, 32)) - lsum(latch[j].bit(b) for b in range(32, 64))
         for i, (mode, slot) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
             if mode == 0:
-                gate = at + (1.0 - S) - S2 + E[j] + after(R.CHUNKS * j + slot) - 4.0
+                gate = at + (1.0 - S) - S2 + E[j] + after(R.CHUNKS * j + slot) - cp(j) - 4.0
             else:
                 gate = at + S + first(j) + after(slot) - 4.0
-            m.threshold(fl, 4 * j + i, BIGM * gate + q - 23.5, 0.5)
+            m.threshold(fl, 4 * j + i, BIGM * gate + q - (32 - FILL_FREE - 0.5), 0.5)
     m.build()
 
-    flag = c.new_field(dual("flag", 2 * NS))      # [0, NS): S = 0 slots; [NS, 2 NS): S = 1 (lane j first)
+    # [0, NS): S = 0 slots; [NS, 2 NS): S = 1 (lane j first). A lane that copies (cp) and whose
+    # value is not 0 has its chunk-0 slot alone (the <d J 7 I> token), whatever its chunks
+    flag = c.new_field(dual("flag", 2 * NS))
     m = MLPBuilder(c, "emit_flags")
     for j in range(LANES):
+        nzall = lsum(b for ch in range(R.CHUNKS) for b in vbits(j, ch))
         for ch in range(R.CHUNKS):
             s = R.CHUNKS * j + ch
             nz = lsum(vbits(j, ch))
-            m.threshold(flag, s, BIGM * (at + (1.0 - S) - S2 + E[j] + after(s)) + nz - 4 * BIGM - 0.5, 0.5)
+            g0 = at + (1.0 - S) - S2 + E[j] + after(s)
+            terms = [(BIGM * (g0 - cp(j)) + nz - 4 * BIGM - 0.5, 0.5, 1.0)]
+            if ch == 0 and j:
+                terms.append((BIGM * (g0 + cp(j) - 1.0) + nzall - 4 * BIGM - 0.5, 0.5, 1.0))
+            m.boolean(flag, s, terms)
             m.threshold(flag, NS + s, BIGM * (at + S + first(j) + after(ch)) + nz - 4 * BIGM - 0.5, 0.5)
     m.build()
 
@@ -801,6 +816,8 @@ def core_circuit() -> Circuit:
     fsel = c.new_field(dual("fsel", 1))           # the picked slot is a fill (<d J 6 X>)
     m.boolean(fsel, 0, [(sel.bit(R.CHUNKS * j) + fl.bit(4 * j) - 1.5, 0.5, 1.0) for j in range(LANES)]
               + [(sel.bit(0) + fl.bit(4 * j + 2) - 1.5, 0.5, 1.0) for j in range(LANES)])
+    csel = c.new_field(dual("csel", 1))           # the picked slot is a lane copy (<d J 7 I>)
+    m.boolean(csel, 0, [(sel.bit(R.CHUNKS * j) + cp(j) - 1.5, 0.5, 1.0) for j in range(1, LANES)])
     m.build()
 
     # ---- vocabulary -----------------------------------------------------------------------------
@@ -872,14 +889,53 @@ def core_circuit() -> Circuit:
             for x in range(1 << R.chunk_bits(ch)):
                 name = tok_d(j, ch, x)
                 c.token(name, kind=K("d"), **R.d_inputs(j, ch, x))
-                c.logit(name, emit + 100.0 * sel.bit(s) + (_pm(0, fsel.bit(0)) if ch == 0 else 0.0)
+                c.logit(name, emit + 100.0 * sel.bit(s)
+                        + (_pm(0, fsel.bit(0)) + 16.0 * _pm(0, csel.bit(0)) if ch == 0 else 0.0)
                         + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.chunk_bits(ch))))
-        for x in range(FILL_LO % (1 << R.PAYLOAD), 1 << R.PAYLOAD):   # fills: -256 .. -1 as 32 bits
+        for x in range(FILL_X0, 1 << R.PAYLOAD):   # fills: -256 .. -1 as 32 bits
             name = tok_d(j, FILL, x)
             c.token(name, kind=K("d"), **R.d_inputs(j, FILL, x))
-            c.logit(name, emit + 100.0 * sel.bit(R.CHUNKS * j) + _pm(1, fsel.bit(0))
+            c.logit(name, emit + 100.0 * sel.bit(R.CHUNKS * j) + _pm(1, fsel.bit(0)) + 16.0 * _pm(0, csel.bit(0))
                     + lsum(_pm((x >> b) & 1, xo.bit(b)) for b in range(R.PAYLOAD)))
+        for i in range(j):                         # lane copies: lane j's value is lane i's
+            name = tok_d(j, COPY, i)
+            c.token(name, kind=K("d"), **R.d_inputs(j, COPY, i))
+            c.logit(name, emit + 100.0 * sel.bit(R.CHUNKS * j) + 16.0 * _pm(1, csel.bit(0))
+                    + lsum(_pm(ii == i, latch_c.bit(COPY_PAIRS.index((ii, j)))) for ii in range(j)))
     return c
+
+
+def _lane_sources(c: Circuit, A, Bw, P, ex, und, dst_data, mem) -> Field:
+    """[lane j's result is lane i's, i the first such lane] for each (i, j) of COPY_PAIRS (lane
+    copies, docs/machine.md §28), from the operands, before the ALU: both lanes executed and
+    defined, an ALU instruction that writes data, and operands a, b and the predicate equal
+    (so the results are): compared chunk by chunk as signed sums of 11 bit differences (exact in
+    fp32), then the pair equal, then the first equal lane (an earlier equal lane is equal to it
+    too, so the source itself never copies)."""
+    words = [(A, 64), (Bw, 64), (P, 1)]
+    per = sum(-(-w // R.PAYLOAD) for _, w in words)
+    cd = c.new_field(dual("lane_cd", len(COPY_PAIRS) * per))        # a chunk of an operand differs
+    m = MLPBuilder(c, "lane_diff")
+    for p, (i, j) in enumerate(COPY_PAIRS):
+        n = 0
+        for W, w in words:
+            for lo in range(0, w, R.PAYLOAD):
+                dv = lsum(float(1 << (b - lo)) * (W[i].bit(b) - W[j].bit(b)) for b in range(lo, min(w, lo + R.PAYLOAD)))
+                m.boolean(cd, per * p + n, [(dv - 0.5, 0.5, 1.0), (-1.0 * dv - 0.5, 0.5, 1.0)])
+                n += 1
+    m.build()
+    eq = c.new_field(dual("lane_eq", len(COPY_PAIRS)))
+    m = MLPBuilder(c, "lane_eq")
+    for p, (i, j) in enumerate(COPY_PAIRS):
+        ok = ex.bit(i) + ex.bit(j) - und.bit(i) - und.bit(j) + dst_data - mem      # 3 where all hold
+        m.threshold(eq, p, BIGM * ok - lsum(cd.bit(per * p + n) for n in range(per)) - 3 * BIGM + 0.5, 0.5)
+    m.build()
+    src = c.new_field(dual("lane_src", len(COPY_PAIRS)))
+    m = MLPBuilder(c, "lane_src")
+    for p, (i, j) in enumerate(COPY_PAIRS):
+        m.threshold(src, p, eq.bit(p) - lsum(eq.bit(COPY_PAIRS.index((ii, j))) for ii in range(i)) - 0.5, 0.5)
+    m.build()
+    return src
 
 
 def _copies_previous(c: Circuit, res, latch, ex, und, undm, gcur, at, dst_data, mem) -> Field:

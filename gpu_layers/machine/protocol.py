@@ -26,7 +26,10 @@ token, so each token names what it carries):
                        register(s) of lane J of the group; chunks that are 0 are not sent (a
                        register's chunks not sent are 0), so small values cost fewer tokens;
                        C = 6 (fills=True, the core's stream): chunk 0 is X and bits 11..31 are
-                       ones, for ALU results in [2^32 - 256, 2^32): -1 .. -256 as 32 bits
+                       ones, for ALU results in [2^32 - 256, 2^32): -1 .. -256 as 32 bits;
+                       C = 7 (lane_copies=True, the core's stream), X = I < J: lane J's value is
+                       lane I's, for an ALU instruction whose operands are the same in both lanes
+                       (I the first such executed lane) and a nonzero value (docs/machine.md §28)
     <dump N>           output buffer N follows, as <x X> tokens of its 16-bit words in order
     <x X>              16 bits of a dumped buffer
     <halt>             the launch is over
@@ -65,7 +68,10 @@ from gpu_layers.interp.machine import _execute, launch
 CHUNK = 16            # bits of a dumped word
 PAYLOAD = 11          # bits of write-back data per <d> token (2 lane + 3 chunk + 11 = 16 bits)
 FILL = 6              # <d J 6 X>: chunk 0 is X, bits 11..31 are ones, bits 32.. zero (the core's stream)
-FILL_LO = (1 << 32) - 256     # the values a fill carries: X in [0x700, 0x7ff]
+FILL_FREE = 8         # a fill's free low bits: the values it carries are [2^32 - 2^8, 2^32)
+FILL_LO = (1 << 32) - (1 << FILL_FREE)
+FILL_X0 = FILL_LO % (1 << PAYLOAD)        # a fill's X is in [FILL_X0, 2^PAYLOAD): 0x700 .. 0x7ff
+COPY = 7              # <d J 7 I>: lane J's value is lane I's (the same operands; the core's stream)
 
 
 @dataclass
@@ -96,7 +102,8 @@ def destinations(kernel) -> dict[int, list[tuple[str, int]]]:
 
 
 def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, outputs=None,
-                 step_budget=None, buffer_offsets=None, fault=None, copies=False, fills=False) -> Trace:
+                 step_budget=None, buffer_offsets=None, fault=None, copies=False, fills=False,
+                 lane_copies=False) -> Trace:
     """Run machine code `kernel` and return the token stream it emits (see the module docstring).
     outputs: indices of the buffer arguments to dump at the end (default: every buffer);
     buffer_offsets: as gpu_layers.interp.launch takes them (the memory unit's map places buffers).
@@ -106,13 +113,18 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     copies: groups may copy the previous group's values (S = 2; the machine core's protocol: the
     register-file circuits before it have no such <g>). fills: an ALU result in [2^32 - 256,
     2^32) (a small negative 32-bit value, or one zero-extended to 64 bits) is one <d J 6 X>, X its
-    chunk 0 (bits 11..31 ones, the rest zero), instead of three chunks (the core's stream too)."""
+    chunk 0 (bits 11..31 ones, the rest zero), instead of three chunks (the core's stream too).
+    lane_copies: in a group that sends its lanes' own values (S = 0) of an ALU instruction, a
+    defined lane whose operands (operand_keys) equal an earlier executed defined lane's, and whose
+    value is not 0, sends one <d J 7 I> (I the first such lane) instead of its chunks (the core's
+    stream too; it compares operands, which it has before its ALU, not results)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
     toks = []
     cols = {}
-    state = {"block": None, "issues": 0, "phase": 0}
+    state = {"block": None, "issues": 0, "phase": 0, "keys": None}
+    opcols = {}
     gmask = (1 << lanes) - 1
 
     def observe(W, ins, pc, active, done):
@@ -132,6 +144,7 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         R = W.R
         alu_data = bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
         can_copy, can_fill = copies and alu_data, fills and alu_data
+        keys = state["keys"] if lane_copies and alu_data else None    # operands before the step
         prev = None                                   # (executed, undefined, values) of the last group
         for k in range(32 // lanes):
             group = [l for l in range(k * lanes, (k + 1) * lanes) if l in lanes_on]
@@ -165,9 +178,17 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
                 same = 2                              # the previous group's values: no <d>
             else:
                 same = int(len(words) > 1 and bool(words[0][1]) and all(w == words[0][1] for _, w in words))
+                sources = []                          # (lane, operands) of the lanes that may be copied
                 for j, ch in (words[:1] if same else words):
                     val = sum(x << (PAYLOAD * ci) for ci, x in enumerate(ch))
-                    if can_fill and FILL_LO <= val <= 0xFFFFFFFF:     # a small negative 32-bit value
+                    src = None
+                    if keys is not None and not same and not (u >> j) & 1:
+                        key = keys[k * lanes + j]
+                        src = next((i for i, kk in sources if kk == key), None)
+                        sources.append((j, key))
+                    if src is not None and val:
+                        data.append(("d", j, COPY, src))
+                    elif can_fill and FILL_LO <= val <= 0xFFFFFFFF:     # a small negative 32-bit value
                         data.append(("d", 0 if same else j, FILL, val & ((1 << PAYLOAD) - 1)))
                     else:
                         data += [("d", 0 if same else j, ci, x) for ci, x in enumerate(ch) if x]
@@ -179,6 +200,13 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             state["phase"] ^= 1
 
     def before(W, ins, pc, active, exe):
+        if lane_copies:
+            oc = opcols.get(pc)
+            if oc is None:
+                oc = opcols[pc] = operand_columns(prog, pc)
+            state["keys"] = {l: tuple(0 if W.R[c][l] is None else W.R[c][l] for c in oc) for l in exe}
+        if fault is None:
+            return
         lane = fault(W, pc, exe)
         if lane is None:
             return
@@ -193,7 +221,7 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     try:
         res = launch(kernel, grid, block, list(args), dynamic_shared_bytes, lanes=lanes,
                      step_budget=step_budget, observer=observe, buffer_offsets=buffer_offsets,
-                     before=before if fault is not None else None)
+                     before=before if fault is not None or lane_copies else None)
     except _Faulted:
         return Trace(toks, None, None, state["issues"])
     for i in (outputs if outputs is not None else range(len(res.buffers))):
@@ -205,6 +233,19 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         toks.extend(("x", x) for x in _chunks([(b, 8) for b in data], CHUNK))
     toks.append(("halt",))
     return Trace(toks, res.buffers, res.steps, state["issues"])
+
+
+def operand_columns(prog, pc: int) -> list[int]:
+    """The interpreter's columns of what the machine's ALU reads for the instruction at `pc`: its
+    source registers and special registers (%tid.x differs in every lane); the guard (true in
+    every executed lane) and immediates (the same in every lane) are left out. Lanes whose
+    columns hold equal values (an undefined one read as 0, as the register file reads an unwritten
+    slot: zero bits) compute the same result (docs/machine.md §28)."""
+    from gpu_layers.ptx.ir import Reg
+
+    cols = [c for c, _ in prog.code[pc].reads]
+    return cols + [prog.specials[op.name] for op in prog.kernel.instructions[pc].operands[1:]
+                   if isinstance(op, Reg) and op.name in prog.specials]
 
 
 def is_memory(ins) -> bool:

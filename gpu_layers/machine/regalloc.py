@@ -300,6 +300,12 @@ def allocate(kernel, slots: int = 32):
     return out, Allocation(counts, mapping, bound, floor, joint)
 
 
+def is_register_copy(ins) -> bool:
+    """`mov %a, %b` of two registers: what coloring may turn into `mov %x, %x` (drop_self_moves),
+    so the most a kernel's allocation can shorten it by (core.machine_kernel's fit)."""
+    return ins.opcode == "mov" and len(ins.operands) == 2 and all(isinstance(x, Reg) for x in ins.operands)
+
+
 def drop_self_moves(kernel):
     """The kernel without its `mov %x, %x` instructions: the coloring gives an argument copy and
     the register it copies one machine register when their live ranges only touch, and such a
@@ -308,8 +314,7 @@ def drop_self_moves(kernel):
     a label or a call's return point on a dropped move names the next instruction."""
     pinned = set(kernel.holds) | set(kernel.warp_barriers) | set(kernel.checks) | set(kernel.returns)
     drop = {i for i, ins in enumerate(kernel.instructions)
-            if ins.opcode == "mov" and i not in pinned and len(ins.operands) == 2
-            and isinstance(ins.operands[0], Reg) and ins.operands[0] == ins.operands[1]}
+            if i not in pinned and is_register_copy(ins) and ins.operands[0] == ins.operands[1]}
     if not drop:
         return kernel
     new, kept = [], 0                   # new[i]: instruction i's index, or the next kept one's

@@ -33,7 +33,8 @@ Vocabulary (the machine tokens of this circuit):
                                'u' executed with an undefined result; S = 1: lane 0's chunks for all;
                                S = 2: each lane's value of the issue's previous group, no <d>
           <d J C XXX>          chunk C (bits 11 C ..) of lane J's value, hex; zero chunks are absent;
-                               C = 6, a fill: chunk 0 is XXX and bits 11..31 are ones
+                               C = 6, a fill: chunk 0 is XXX and bits 11..31 are ones;
+                               C = 7, a lane copy: lane J's value is lane XXX's (XXX < J)
           <end>                end of the trace (stands for the protocol's <dump>/<halt>): commits
   The protocol's <g K L U S> maps onto <g K abcd S> (the issued-but-not-executed state 1 is a
   control matter, gpu_layers.machine.control, and reads as '-' here).
@@ -44,7 +45,8 @@ per head per token, write-then-read within a token, a memory cannot compute its 
     same issue), <wi> or <end>. Its chunks are buffered in 24 chunk heads (lane J x chunk C, slot
     K): <g K> zeroes slot K of every chunk head (the chunk-0 heads get the lane's predicate result
     as bit 0 instead, so a predicate's value needs no <d>), each <d J C X> writes slot K of head
-    (J, C) (of every lane's head C when S = 1). The commit token reads all 24 at the pending group's
+    (J, C) (of every lane's head C when S = 1; <d J 7 I> sets copy flag I, a bit of lane J's chunk-0
+    head, and lane J's value is then lane I's). The commit token reads all 24 at the pending group's
     slot (an S = 2 group's: the slot of the last group of the issue that sent its values, `pks`:
     the `seen` heads keep "sent", `lastx` the last sender for <wi>/<end>) and writes each executed
     lane's 64-bit word into the register file in one token;
@@ -88,7 +90,7 @@ from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, dual, lsum, onehot
 from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
-from gpu_layers.machine.protocol import FILL, PAYLOAD, lane_masks
+from gpu_layers.machine.protocol import COPY, FILL, FILL_X0, PAYLOAD, lane_masks
 
 LANES, GROUPS = 4, 4
 THREADS = LANES * GROUPS              # one warp of 16 threads
@@ -205,7 +207,13 @@ class RegfileProgram:
                 if same and j:
                     raise RegfileError(f"<d {j} {c} {x:#x}> in an S = 1 group: its value is sent once, as lane 0")
                 width = dest[1] if dest is not None else WBITS
-                if c == FILL and width >= 32 and 0x700 <= x < 1 << PAYLOAD and 0 <= j < LANES:
+                if c == FILL and width >= 32 and FILL_X0 <= x < 1 << PAYLOAD and 0 <= j < LANES:
+                    out.append(tok_d(j, c, x))
+                    continue
+                if c == COPY:
+                    if not 0 <= x < j < LANES or same:
+                        raise RegfileError(f"<d {j} {c} {x}>: a lane copies an earlier lane of its "
+                                           "group, in a group that sends its lanes' own values")
                     out.append(tok_d(j, c, x))
                     continue
                 if not 0 <= j < LANES or not 0 <= c < CHUNKS or x >> max(0, min(chunk_bits(c), width - PAYLOAD * c)):
@@ -302,8 +310,10 @@ def build_regfile(config) -> RegfileMachine:
         for ch in range(CHUNKS):
             for x in range(1 << chunk_bits(ch)):
                 c.token(tok_d(j, ch, x), kind=K("d"), **d_inputs(j, ch, x))
-        for x in range(0x700, 1 << PAYLOAD):        # fills: -256 .. -1 as 32 bits
+        for x in range(FILL_X0, 1 << PAYLOAD):      # fills: -256 .. -1 as 32 bits
             c.token(tok_d(j, FILL, x), kind=K("d"), **d_inputs(j, FILL, x))
+        for i in range(j):                           # lane copies
+            c.token(tok_d(j, COPY, i), kind=K("d"), **d_inputs(j, COPY, i))
     c.token(END, kind=K("end"))
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
@@ -328,7 +338,10 @@ def g_inputs(k: int, lanes: list[int], sf: int) -> dict:
 
 
 def d_inputs(j: int, ch: int, x: int) -> dict:
-    """The register file's inputs of a <d J C X> token (C = FILL: chunk 0 is X, bits 11..31 ones)."""
+    """The register file's inputs of a <d J C X> token (C = FILL: chunk 0 is X, bits 11..31 ones;
+    C = COPY: lane J's value is lane X's, a flag in lane J's chunk-0 head)."""
+    if ch == COPY:
+        return dict(dsel=CHUNKS * j, **{f"dcp{x}": 1})
     fill = ch == FILL
     return dict(dsel=CHUNKS * j + (0 if fill else ch), xb0=x & 1, xm8=(x >> 1) & 255, x9=(x >> 9) & 1,
                 x10=(x >> 10) & 1, dfill=int(fill), **{f"b0_{jj}": x & 1 for jj in range(LANES)})
@@ -372,6 +385,7 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     dsel = c.input(onehot("dsel", LANES * CHUNKS + 1), default=LANES * CHUNKS)   # <d J C>: 6 J + C
     xb0 = c.input(bits("xb0", 1), default=0)              # <d>: X bit 0
     dfill = c.input(bits("dfill", 1), default=0)          # <d J 6 X>: bits 11..31 are ones
+    dcp = [c.input(bits(f"dcp{i}", 1), default=0) for i in range(LANES - 1)]   # <d J 7 I>: I
     xm8 = c.input(bits("xm8", 8), default=0)              # <d>: X bits 1..8
     x9 = c.input(bits("x9", 1), default=0)                # <d>: X bit 9
     x10 = c.input(bits("x10", 1), default=0)              # <d>: X bit 10
@@ -407,27 +421,26 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     # at <g K>: the largest k < K seen in this issue (seen_K itself is this token's write; groups
     # come in increasing K, so every other seen k is < K): one exclusive step per (K, k), "K is
     # this token's group, k was seen, nothing between them was"; at <wi>/<end>: the last group
-    pairs = {}
-    for K in range(1, groups):
-        sel, n = _select_term(gk, K)
-        for k in range(K):
-            t = 2.0 * is_g + sel + sp[k] - lsum(sp[kk] for kk in range(k + 1, K)) - (2.0 + n + 1.0) + 0.5
-            pairs[(K, k)] = (t, 0.5, 1.0)
+    def latest(flags):            # {(K, k): [at <g K>, k < K is the largest with its flag]}
+        out = {}
+        for K in range(1, groups):
+            sel, n = _select_term(gk, K)
+            for k in range(K):
+                out[(K, k)] = (2.0 * is_g + sel + flags[k] - lsum(flags[kk] for kk in range(k + 1, K))
+                               - (2.0 + n + 1.0) + 0.5, 0.5, 1.0)
+        return out
+
+    pairs = latest(sp)
     for i in range(gb):
         m0.boolean(pk, i, [v for (K, k), v in pairs.items() if (k >> i) & 1]
                    + [(curg.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
     # the pending group's values: at <g K> in the largest k < K that sent its own (an S = 2 group
     # copies the group before it, which sent or copied in turn; the issue's first group sends); at
     # <wi>/<end> in the last group that sent
+    sent = latest(sx)
     for i in range(gb):
-        terms = []
-        for K in range(1, groups):
-            sel, n = _select_term(gk, K)
-            for k in range(K):
-                if (k >> i) & 1:
-                    terms.append((2.0 * is_g + sel + sx[k] - lsum(sx[kk] for kk in range(k + 1, K))
-                                   - (2.0 + n + 1.0) + 0.5, 0.5, 1.0))
-        m0.boolean(pks, i, terms + [(lastx.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
+        m0.boolean(pks, i, [v for (K, k), v in sent.items() if (k >> i) & 1]
+                   + [(lastx.bit(i) + 2.0 * commit_kind - 2.5, 0.5, 1.0)])
     # pending at <g K>: some k < K seen; at <wi>/<end>: a group since <blk>
     m0.boolean(pen, 0, list(pairs.values()) + [(commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
     m0.build()
@@ -442,15 +455,15 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     chunks = [[None] * CHUNKS for _ in range(LANES)]
     for j in range(LANES):
         for ch in range(CHUNKS):
-            if ch == 0:                   # (and the fill flag: bits 11..31 ones, at the commit)
-                data = [b0[j], xm8, x9, x10, dfill]
+            if ch == 0:                   # (and the fill flag: bits 11..31 ones, at the commit;
+                data = [b0[j], xm8, x9, x10, dfill] + dcp[:j]     # and lane j's copy flags)
             elif chunk_bits(ch) == PAYLOAD:
                 data = [xb0, xm8, x9, x10]
             else:
                 data = [xb0, xm8]
             col = lsum(dsel.hot(CHUNKS * jj + ch) for jj in range(LANES))     # <d * C *>
             we = dsel.hot(CHUNKS * j + ch) + col + cur_s + 2.0 * is_g - 1.0
-            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch) + (ch == 0), ck, pks, [data],
+            chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch) + (1 + j if ch == 0 else 0), ck, pks, [data],
                                      we=we).outputs[0]
 
     # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
@@ -484,19 +497,30 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     mc.build()
 
     we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]
-    # ---- the commit's value: bits 11..31 are ones where the lane's chunk 0 came as a fill -------
+    # ---- the commit's value: bits 11..31 are ones where the lane's chunk 0 came as a fill; a
+    # lane whose chunk-0 head has copy flag i (its own chunks are zero) takes lane i's value -------
+    def own(j, b):                   # (chunk bit, fill bit) forms of bit b of lane j's own value
+        ch, at = divmod(b, PAYLOAD)
+        return chunks[j][ch].bit(at), (chunks[j][0].bit(PAYLOAD) if PAYLOAD <= b < 32 else 0.0)
+
+    def copy_flag(j, i):
+        return chunks[j][0].bit(PAYLOAD + 1 + i)
+
     lo = [c.new_field(dual(f"rfv_lo{j}", PAYLOAD)) for j in range(LANES)]
-    mid = [c.new_field(dual(f"rfv_mid{j}", 2 * PAYLOAD)) for j in range(LANES)]
-    mf = MLPBuilder(c, "fill_commit")
+    mid = c.new_field(dual("rfv_mid0", 2 * PAYLOAD))                  # lane 0: bits 11..32
+    hi = [None] + [c.new_field(dual(f"rfv_hi{j}", WBITS - PAYLOAD)) for j in range(1, LANES)]
+    mf = MLPBuilder(c, "value_commit")
     for j in range(LANES):
-        f = chunks[j][0].bit(PAYLOAD)
-        for b in range(PAYLOAD):
-            mf.threshold(lo[j], b, chunks[j][0].bit(b) - 0.5, 0.5)
-        for i in range(2 * PAYLOAD):             # value bits 11..32: chunk 1, then chunk 2
-            src = chunks[j][1 + i // PAYLOAD].bit(i % PAYLOAD)
-            mf.threshold(mid[j], i, src + (f if i < 21 else 0.0) - 0.5, 0.5)
+        for b in range(WBITS if j else 3 * PAYLOAD):
+            x, f = own(j, b)
+            terms = [(x + f - 0.5, 0.5, 1.0)]
+            for i in range(j):       # exclusive: one flag at most, and then lane j's own bits are 0
+                xi, fi = own(i, b)
+                terms.append((2.0 * copy_flag(j, i) + xi + fi - 2.5, 0.5, 1.0))
+            out, at = (lo[j], b) if b < PAYLOAD else (mid, b - PAYLOAD) if not j else (hi[j], b - PAYLOAD)
+            mf.boolean(out, at, terms)
     mf.build()
-    rf_data = [[lo[j], mid[j]] + chunks[j][3:] for j in range(LANES)]
+    rf_data = [[lo[0], mid] + chunks[0][3:]] + [[lo[j], hi[j]] for j in range(1, LANES)]
     return SimpleNamespace(rf_addr=rf_addr, rf_data=rf_data,
                            rf_we=we_bank[0], rf_we_bank=we_bank,
                            rf_blank=[rf_blank.bit(j) for j in range(LANES)], curg=curg, gs_x=gs_x,
