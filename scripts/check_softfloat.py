@@ -8,6 +8,8 @@ machine steps per thread).
     .venv/bin/python scripts/check_softfloat.py --f64 [--n 2048] [--forms min.f64 ...]
     .venv/bin/python scripts/check_softfloat.py [--f64] --cvt-routines   (conversions as routines)
     .venv/bin/python scripts/check_softfloat.py [--f64] --normal   (normal operands: the fast entries)
+    .venv/bin/python scripts/check_softfloat.py [--f64] --inline   (the core's first lowering:
+        fast entries written out at the site, straight steps)
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ def main():
                     help="normal operands only (float_forms.normal_operands: the fast entries' domain)")
     ap.add_argument("--cvt-routines", action="store_true",
                     help="the conversions that can, through gpu_layers.machine.cvt_routines' routines")
+    ap.add_argument("--inline", action="store_true",
+                    help="lower with inline_floats and straight_steps (the core's first lowering)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     if args.normal:
@@ -51,7 +55,7 @@ def main():
     for form in forms:
         t0 = time.time()
         try:
-            want, got, steps = compare(form, A, B, C, cvt_routines=args.cvt_routines)
+            want, got, steps = compare(form, A, B, C, cvt_routines=args.cvt_routines, inline_floats=args.inline)
         except UnsupportedPTX:
             print(f"{form:20s} {A.size:7d} {'refused by the lowering':>28s}", flush=True)
             refused += 1

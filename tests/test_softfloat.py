@@ -322,3 +322,34 @@ def test_float_atomics_of_one_warp_take_turns_in_lane_order_at_a_linear_cost(F, 
         issues[m] = got.lane_issues
         launch_tokens(mk, grid, block, [out.copy(), vals.copy()], [0])
     assert issues[1] < 3 * issues[32], issues
+
+
+def _root_edges(f64: bool, rng) -> np.ndarray:
+    """Operands where a Karatsuba step of softfloat._isqrt meets its edges: significands m = t (t +
+    1) (the top part's remainder is twice its root, r1 = 2 s1: the divide steps then keep the
+    remainder at the divisor), t^2 (no remainder), t^2 - 1 and t^2 + 1, as the integers m (an
+    even exponent: the root's input unscaled) and 2 m (odd: m doubled)."""
+    from math import isqrt
+    mb = 52 if f64 else 23
+    ts = [int(t) for t in rng.integers(isqrt(1 << mb), isqrt(1 << (mb + 1)), 200)]
+    ms = [m for t in ts for m in (t * (t + 1), t * t, t * t - 1, t * t + 1) if 1 << mb <= m < 1 << (mb + 1)]
+    vals = np.array(ms + [2 * m for m in ms], np.float64)
+    return vals.view(np.uint64) if f64 else vals.astype(np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("form", ["sqrt.rn.f32", "sqrt.rn.f64", "sqrt.rm.f64"])
+@pytest.mark.parametrize("inline", [False, True])
+def test_roots_by_karatsuba_steps_match_at_their_edges(form, inline):
+    """softfloat._isqrt: one Karatsuba step over the digit method (plain lowering) and the deeper
+    steps (inline: the core's first lowering, straight steps) give the interpreter's bits on the
+    operands that reach the step's edges, and on random normal and special operands."""
+    rng = np.random.default_rng(3)
+    f64 = is64(form)
+    A = _root_edges(f64, rng)
+    rest = operands64(400, rng) if f64 else operands(400, rng)
+    A = np.concatenate([A, rest[0]])
+    Z = np.zeros_like(A)
+    want, got, steps = compare(form, A, Z, Z, inline_floats=inline)
+    wrong = np.nonzero(want != got)[0]
+    assert wrong.size == 0, [(hex(A[i % A.size]), hex(want[i]), hex(got[i])) for i in wrong[:5]]
+    assert steps > 100

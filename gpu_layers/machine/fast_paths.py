@@ -352,7 +352,7 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     """sqrt(a) for a positive normal a (one compare: a - hidden < inf - hidden fails for the sign
     bit too; zeros, subnormals, infinities, NaNs and negatives take the general entry): a = m 2^E
     with E even (softfloat._root_scale, as the general entry), root and remainder of m 2^shift by
-    the general entry's digit-by-digit loop (softfloat._isqrt), the remainder's
+    the general entry's method (softfloat._isqrt: Karatsuba steps over a digit loop), the remainder's
     sticky bit jammed below the root, normalized and rounded. The result is always normal. R =
     2 root + sticky has its leading one at 63 - n after the shift, and sqrt(a) = R 2^((E - shift)
     / 2 - 1), so the biased exponent - 1 is 61 - n + (E - shift) / 2 + bias."""
@@ -361,7 +361,7 @@ def emit_sqrt(B: _B, r, general, back, directed=False):
     _unless(B, [_normal(B, r.a, F)], general)    # (no check at the end to split from: before the loop)
     mag = B.and_(w, r.a, F.mag)
     m, E, steps, shift = _root_scale(B, _sig(B, mag, F), B.sub(32, _exp32(B, mag, F), F.bias + F.mbits), F)
-    root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps)
+    root, rem = _isqrt(B, m if w == 64 else B.cvt(64, 32, m), shift, steps, F.mbits)
     R = B.or_(64, B.shl(64, root, 1), B.nonzero(64, rem))
     n = B.clz(64, R)
     sig, up = _round(B, B.shl(64, R, n), 64, r, r.a, directed)

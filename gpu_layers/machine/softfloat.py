@@ -29,9 +29,9 @@ Entries (only those some site calls are emitted):
   * DIV: a / b, a quotient of the normalized significands with 27 / 56 bits (restoring division,
     one machine divide step a bit: `_f32_quotient`, `_f64_quotient`) and the remainder's sticky
     bit below it, c = -0 as for mul; rcp is 1.0 / b;
-  * SQRT: the integer square root of the normalized significand scaled to an even exponent (one
-    bit per turn in 64-bit registers, the significand's own bit pairs in place: `_isqrt`) with
-    the remainder's sticky bit;
+  * SQRT: the integer square root of the normalized significand scaled to an even exponent (the
+    root's top half a bit per turn in 64-bit registers, the significand's own bit pairs in place,
+    its low half a quotient of machine divide steps: `_isqrt`) with the remainder's sticky bit;
     sqrt(-0) = -0.
 
 The common part works on wide words (`_W64`: one 64-bit register for binary32, `_W128`: a pair of
@@ -834,7 +834,7 @@ def _emit_root(B, Wd, r, f):
     # sqrt(a) = sqrt(m * 2^shift) * 2^(E/2 - shift/2)
     em.emit(f"shr.s32 {f.ep}, {E}, 1")
     em.emit(f"sub.s32 {f.ep}, {f.ep}, {shift // 2 + 1}")
-    root, rem = _isqrt(B, m if F is F64 else B.cvt(64, 32, m), shift, steps)   # both formats
+    root, rem = _isqrt(B, m if F is F64 else B.cvt(64, 32, m), shift, steps, F.mbits)   # both formats
     Wd.set(f.P, Wd.or_low(Wd.shl(Wd.from_(root, 64), 1), B.nonzero(64, rem)))
 
 
@@ -850,7 +850,82 @@ def _root_scale(B, m, E, F):
     return B.shl(F.w, m, odd), B.sub(32, E, odd), steps, (2 * steps - (F.mbits + 2)) & ~1
 
 
-def _isqrt(B, m, shift, steps):
+ROOT_DIGITS = 8     # a root of at most this many bits takes the digit method alone (_isqrt)
+
+
+def _isqrt(B, m, shift, steps, lead=None):
+    """(root, r) of num = m << shift (< 4^steps, shift even), r nonzero exactly where the
+    remainder num - root^2 is. With `lead` (m >= 2^lead: a normalized significand), by a
+    Karatsuba step (Zimmermann's SqrtRem): num = (s1^2 + r1) 4^k + low, s1 the root of num's top
+    part, and the low k root bits a quotient of k machine divide steps (_root_step), one step a
+    bit instead of the digit method's six or seven. k is at most steps / 2 and small enough that
+    every top part's root is >= 2^(k-1) (k <= (its lead + 2) / 4), which makes the candidate at
+    most one too large. The top part of m << shift is m << (shift - 2k) and its low part zero
+    (both formats: shift >= 2k), so every part fits a 64-bit register. The top part's root: by
+    the same method again (_isqrt_split, down to ROOT_DIGITS bits) where the kernel is lowered
+    with straight_steps (the core's first lowerings, for programs with room), else by the digit
+    method (_isqrt_digits: a deeper step is about 40 instructions, and a lowering that does not
+    fit the program memory costs more than the steps it saves). Machine steps a thread of
+    sqrt.rn (scripts/check_softfloat.py's count, the digit method alone before): binary64 961 ->
+    772, and 960 -> 592 with --inline (straight steps); binary32 529 -> 448, 528 -> 411."""
+    if lead is None:
+        return _isqrt_digits(B, m, shift, steps)
+    k = min(steps // 2, (lead + shift + 2) // 4, shift // 2)
+    if steps <= ROOT_DIGITS or k < 1:
+        return _isqrt_digits(B, m, shift, steps)
+    top = B.shl(64, m, shift - 2 * k)
+    if B.em.straight:                    # room for the deeper steps' code (about 40 instructions each)
+        s1, r1 = _isqrt_split(B, top, steps - k, lead + shift - 2 * k)
+    else:
+        s1, r1 = _isqrt_digits(B, top, 0, steps - k)
+    return _root_step(B, s1, r1, None, k)
+
+
+def _isqrt_split(B, n, steps, lead):
+    """(root, remainder) of a 64-bit register n in [2^lead, 4^steps) (_isqrt's method)."""
+    k = min(steps // 2, (lead + 2) // 4)
+    if steps <= ROOT_DIGITS or k < 1:
+        return _isqrt_digits(B, n, 0, steps)
+    s1, r1 = _isqrt_split(B, B.shr(64, n, 2 * k), steps - k, lead - 2 * k)
+    return _root_step(B, s1, r1, B.and_(64, n, (1 << 2 * k) - 1), k)
+
+
+def _root_step(B, s1, r1, low, k):
+    """(s, r), the root and remainder of num = (s1^2 + r1) 4^k + low (low < 4^k, None for 0;
+    0 <= r1 <= 2 s1, s1 >= 2^(k-1)): (q, u) = divmod(r1 2^k + (low >> k), 2 s1) by k divide steps
+    on RX = r1 << 32 | (low >> k) << (32 - k) against bm = (2 s1 << 32) - 1 (as _udivrem has them;
+    where r1 = 2 s1 the steps leave q = 2^k - 1 and u = 2 s1 + (low >> k), which is still
+    r1 2^k + (low >> k) = 2 s1 q + u, and then the candidate is the root), s = s1 2^k + q and r =
+    u 2^k + (low mod 2^k) - q^2 = num - s^2; where r < 0 the root is one less and r grows by
+    2 s - 1. Every value stays below 2^63: r1, u < 2^30 and k <= 28."""
+    from .lower import _mul_steps, machine_steps
+    em = B.em
+    rx = B.shl(64, r1, 32)
+    if low is not None:
+        rx = B.or_(64, rx, B.shl(64, B.shr(64, low, k), 32 - k))
+    bm = B.sub(64, B.shl(64, s1, 33), 1)
+
+    def step():
+        em.emit(f"dstep.b64 {rx}, {rx}, {bm}")
+    unroll = max(d for d in range(1, 9) if k % d == 0)
+    if unroll < 4:                       # (a loop of short turns costs more steps than it saves)
+        for _ in range(k):
+            step()
+    else:
+        machine_steps(em, k, unroll, step)
+    q = B.and_(64, rx, (1 << k) - 1)
+    root = B.or_(64, B.shl(64, s1, k), q)
+    lo = B.shl(64, B.shr(64, rx, 32), k)
+    if low is not None:
+        lo = B.or_(64, lo, B.and_(64, low, (1 << k) - 1))
+    r = B.sub(64, lo, _mul_steps(em, q, k, q, 64, bits=k))
+    neg = B.setp("lt", "s64", r, 0)
+    em.emit(f"@{neg} add.u64 {r}, {r}, {B.sub(64, B.shl(64, root, 1), 1)}")
+    em.emit(f"@{neg} sub.u64 {root}, {root}, 1")
+    return root, r
+
+
+def _isqrt_digits(B, m, shift, steps):
     """(root, remainder) of num = m << shift (< 4^steps, shift even) by the digit-by-digit method
     in 64-bit registers, six or seven machine steps a root bit. Each bit: rem = 4 rem + num's next
     bit pair; where rem >= T1 = 4 root + 1, rem -= T1 and the bit is 1; then T1 = 2 T1 - 1 + 4 bit.
