@@ -749,6 +749,15 @@ def core_circuit() -> Circuit:
     def cp(j):                    # lane j copies an earlier lane (if its value is not 0)
         return lsum(latch_c.bit(p) for p, (_, jj) in enumerate(COPY_PAIRS) if jj == j)
 
+    # an emission slot's gates, 4 where all hold: at <g>/<d>, the slot still to come, and S = 0
+    # (the lane's own slot s: it executed, the group sent its own values) or S = 1 (chunk slot
+    # ch of the group's one value: lane j is the first executed lane)
+    def own_gate(j, s):
+        return at + (1.0 - S) - S2 + E[j] + after(s)
+
+    def first_gate(j, ch):
+        return at + S + first(j) + after(ch)
+
     # fills: a lane whose ALU result is in [2^32 - 256, 2^32) (bits 8..31 ones, none above) sends
     # one <d J 6 X> at its chunk-0 slot for its three chunks. Four exact steps a lane, beside the
     # flags (the latch is all they read): the fill is still to come at the chunk-0 slot / at the
@@ -760,9 +769,9 @@ def core_circuit() -> Circuit:
         q = lsum(latch[j].bit(b) for b in range(FILL_FREE, 32)) - lsum(latch[j].bit(b) for b in range(32, 64))
         for i, (mode, slot) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
             if mode == 0:
-                gate = at + (1.0 - S) - S2 + E[j] + after(R.CHUNKS * j + slot) - cp(j) - 4.0
+                gate = own_gate(j, R.CHUNKS * j + slot) - cp(j) - 4.0
             else:
-                gate = at + S + first(j) + after(slot) - 4.0
+                gate = first_gate(j, slot) - 4.0
             m.threshold(fl, 4 * j + i, BIGM * gate + q - (32 - FILL_FREE - 0.5), 0.5)
     m.build()
 
@@ -775,12 +784,12 @@ def core_circuit() -> Circuit:
         for ch in range(R.CHUNKS):
             s = R.CHUNKS * j + ch
             nz = lsum(vbits(j, ch))
-            g0 = at + (1.0 - S) - S2 + E[j] + after(s)
+            g0 = own_gate(j, s)
             terms = [(BIGM * (g0 - cp(j)) + nz - 4 * BIGM - 0.5, 0.5, 1.0)]
             if ch == 0 and j:
                 terms.append((BIGM * (g0 + cp(j) - 1.0) + nzall - 4 * BIGM - 0.5, 0.5, 1.0))
             m.boolean(flag, s, terms)
-            m.threshold(flag, NS + s, BIGM * (at + S + first(j) + after(ch)) + nz - 4 * BIGM - 0.5, 0.5)
+            m.threshold(flag, NS + s, BIGM * first_gate(j, ch) + nz - 4 * BIGM - 0.5, 0.5)
     m.build()
 
     def F(s):                     # emission slot s is possible (0, 1, or 2: a fill's nonzero chunk 0)

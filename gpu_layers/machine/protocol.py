@@ -115,17 +115,28 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
     2^32) (a small negative 32-bit value, or one zero-extended to 64 bits) is one <d J 6 X>, X its
     chunk 0 (bits 11..31 ones, the rest zero), instead of three chunks (the core's stream too).
     lane_copies: in a group that sends its lanes' own values (S = 0) of an ALU instruction, a
-    defined lane whose operands (operand_keys) equal an earlier executed defined lane's, and whose
+    defined lane whose operands (operand_columns) equal an earlier executed defined lane's, and whose
     value is not 0, sends one <d J 7 I> (I the first such lane) instead of its chunks (the core's
     stream too; it compares operands, which it has before its ALU, not results)."""
     from gpu_layers.interp.machine import program_for
 
     prog = program_for(kernel)
     toks = []
-    cols = {}
+    per_pc = {}
     state = {"block": None, "issues": 0, "phase": 0, "keys": None}
-    opcols = {}
     gmask = (1 << lanes) - 1
+
+    def at_pc(pc, ins):
+        """(destination columns, predicate only, an ALU instruction writing data, the operand
+        columns lane copies compare: None where it is not such an instruction), once a PC."""
+        got = per_pc.get(pc)
+        if got is None:
+            dcols = _dst_columns(prog, ins)
+            pred_only = len(dcols) == 1 and dcols[0][1] == 1
+            alu_data = bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
+            got = per_pc[pc] = (dcols, pred_only, alu_data,
+                                operand_columns(prog, pc) if lane_copies and alu_data else None)
+        return got
 
     def observe(W, ins, pc, active, done):
         if W.block_id != state["block"]:
@@ -135,16 +146,12 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
         if len(W.block.warps) > 1:
             toks.append(("w", W.index, state["phase"], W.wgen))
         toks.append(("wi", W.index, pc, state["phase"]))
-        dcols = cols.get(pc)
-        if dcols is None:
-            dcols = cols[pc] = _dst_columns(prog, ins)
-        pred_only = len(dcols) == 1 and dcols[0][1] == 1
+        dcols, pred_only, alu_data, opcols = at_pc(pc, ins)
         lanes_on = set(active) | set(done)
         done_set = set(done)
         R = W.R
-        alu_data = bool(dcols) and not pred_only and not is_memory(kernel.instructions[pc])
         can_copy, can_fill = copies and alu_data, fills and alu_data
-        keys = state["keys"] if lane_copies and alu_data else None    # operands before the step
+        keys = state["keys"] if opcols is not None else None      # operands before the step
         prev = None                                   # (executed, undefined, values) of the last group
         for k in range(32 // lanes):
             group = [l for l in range(k * lanes, (k + 1) * lanes) if l in lanes_on]
@@ -200,10 +207,8 @@ def trace_tokens(kernel, grid, block, args, dynamic_shared_bytes=0, *, lanes=4, 
             state["phase"] ^= 1
 
     def before(W, ins, pc, active, exe):
-        if lane_copies:
-            oc = opcols.get(pc)
-            if oc is None:
-                oc = opcols[pc] = operand_columns(prog, pc)
+        oc = at_pc(pc, ins)[3]
+        if oc is not None:
             state["keys"] = {l: tuple(0 if W.R[c][l] is None else W.R[c][l] for c in oc) for l in exe}
         if fault is None:
             return

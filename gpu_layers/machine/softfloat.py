@@ -853,10 +853,9 @@ def _root_scale(B, m, E, F):
 ROOT_DIGITS = 8     # a root of at most this many bits takes the digit method alone (_isqrt)
 
 
-def _isqrt(B, m, shift, steps, lead=None):
+def _isqrt(B, m, shift, steps, lead):
     """(root, r) of num = m << shift (< 4^steps, shift even), r nonzero exactly where the
-    remainder num - root^2 is. With `lead` (m >= 2^lead: a normalized significand), by a
-    Karatsuba step (Zimmermann's SqrtRem): num = (s1^2 + r1) 4^k + low, s1 the root of num's top
+    remainder num - root^2 is, for m >= 2^lead (a normalized significand): by a Karatsuba step (Zimmermann's SqrtRem): num = (s1^2 + r1) 4^k + low, s1 the root of num's top
     part, and the low k root bits a quotient of k machine divide steps (_root_step), one step a
     bit instead of the digit method's six or seven. k is at most steps / 2 and small enough that
     every top part's root is >= 2^(k-1) (k <= (its lead + 2) / 4), which makes the candidate at
@@ -868,8 +867,6 @@ def _isqrt(B, m, shift, steps, lead=None):
     fit the program memory costs more than the steps it saves). Machine steps a thread of
     sqrt.rn (scripts/check_softfloat.py's count, the digit method alone before): binary64 961 ->
     772, and 960 -> 592 with --inline (straight steps); binary32 529 -> 448, 528 -> 411."""
-    if lead is None:
-        return _isqrt_digits(B, m, shift, steps)
     k = min(steps // 2, (lead + shift + 2) // 4, shift // 2)
     if steps <= ROOT_DIGITS or k < 1:
         return _isqrt_digits(B, m, shift, steps)
