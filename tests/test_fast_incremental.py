@@ -12,6 +12,7 @@ full product (fast.py's docstring), checked here:
   transformers (tests/test_fast_executor.py checks the incremental default against stock on every
   path), and state copies carry the sums."""
 from fractions import Fraction
+import pickle
 
 import numpy as np
 import pytest
@@ -105,3 +106,23 @@ def test_state_copy_carries_the_sums(rf):
     assert live and all(np.array_equal(a, b) and not np.shares_memory(a, b) for a, b in live)
     rest = ids[200:]
     assert [fm.step(st, t) for t in rest] == [fm.step(twin, t) for t in rest]
+
+
+def test_pooled_state_and_pickled_machine(rf):
+    """A state's per-layer arrays are views of its pools (fast_pack.py), so the one-call forward
+    and inspection see the same memory; a pickled machine carries no pools and, rebuilt from its
+    layers, gives the same tokens and the same recurrent state."""
+    r, _, fm = rf
+    ids, _, _ = hand_case(r, 7, 30)
+    st = fm.new_state()
+    a = [fm.step(st, t) for t in ids]
+    live = [s for s in st.S if s is not None]
+    assert live and all(np.shares_memory(s, st.pools["S"]) for s in live)
+    assert any(np.any(s != 0) for s in live)
+    blob = pickle.dumps(fm)
+    assert b"Packed" not in blob
+    twin = pickle.loads(blob)
+    st2 = twin.new_state()
+    assert [twin.step(st2, t) for t in ids] == a
+    for i in range(len(fm.layers)):
+        assert torch.equal(st.get_recurrent_state(i), st2.get_recurrent_state(i))

@@ -65,6 +65,7 @@ import torch
 from . import fast_kernels as K
 from .compiled import LAYER_KEYS, CompiledMachine
 from .fast_head import BoundedHead
+from .fast_pack import Packed
 
 F32 = np.float32
 SHAPE_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
@@ -136,16 +137,22 @@ class _Layer:
 
 @dataclass
 class FastState:
-    """The executor's recurrent state after `tokens`: per layer the live heads' S (H, d_k, d_v) and
-    the conv window of the live channels. `get_recurrent_state(layer)` gives transformers' layout, so
-    gpu_layers.craft.state / gpu_layers.machine.inspect_state read it like a cache."""
+    """The executor's recurrent state after `tokens`: per layer the live heads' S (H, d_k, d_v), the
+    conv window of the live channels and, when incremental, the projections' sums, each a view into
+    `pools` (one array per kind: fast_pack.py). `get_recurrent_state(layer)` gives transformers'
+    layout, so gpu_layers.craft.state / gpu_layers.machine.inspect_state read it like a cache."""
 
     machine: "FastMachine"
-    S: list                                    # per layer: (H_live, dk, dv) float32 or None
-    conv: list                                 # per layer: (K - 1, C) float32 window or None
+    pools: dict                                # fast_pack.STATE_POOLS: name -> flat array
+    incremental: bool                          # the in_proj and gate/up sums kept between tokens
     tokens: list = field(default_factory=list)
-    sums: list | None = None                   # incremental projections (None: computed in full): per
+    S: list = field(init=False)                # per layer: (H_live, dk, dv) float32 or None
+    conv: list = field(init=False)             # per layer: (K - 1, C) float32 window or None
+    sums: list | None = field(init=False)      # incremental projections (None: computed in full): per
                                                # layer [mixer, mlp], each None or (prev, acc, cnt)
+
+    def __post_init__(self):
+        self.S, self.conv, self.sums = self.machine.packed.layer_views(self.pools, self.incremental)
 
     def get_recurrent_state(self, layer: int, state_idx: int = 0) -> torch.Tensor:
         fm = self.machine
@@ -164,10 +171,8 @@ class FastState:
         return {i: self.get_recurrent_state(i) for i in range(len(self.S))}
 
     def copy(self) -> "FastState":
-        sums = None if self.sums is None else [[None if t is None else tuple(a.copy() for a in t) for t in L]
-                                                for L in self.sums]
-        return FastState(self.machine, [None if s is None else s.copy() for s in self.S],
-                         [None if c is None else c.copy() for c in self.conv], list(self.tokens), sums)
+        return FastState(self.machine, {k: a.copy() for k, a in self.pools.items()}, self.incremental,
+                         list(self.tokens))
 
 
 def _csr(M: np.ndarray):
@@ -430,62 +435,34 @@ class FastMachine:
     def new_state(self, incremental: bool | None = None) -> FastState:
         """A fresh state. incremental (default: self.incremental): the in_proj and gate/up sums
         are updated from the columns that changed since the previous token (K.inc_norm_mv)."""
-        S, conv = [], []
-        for L in self.layers:
-            mx = L.mixer
-            S.append(None if mx is None else np.zeros(mx.kdims.shape + mx.vdims.shape[1:], dtype=F32))
-            conv.append(None if mx is None else np.zeros((mx.conv_w.shape[0] - 1, mx.C), dtype=F32))
-        if not (self.incremental if incremental is None else incremental):
-            return FastState(self, S, conv)
+        inc = bool(self.incremental if incremental is None else incremental)
+        return FastState(self, self.packed.new_pools(inc), inc)
 
-        def sums(cols, n):          # (prev w * x[cols], acc, count of nonzero inputs per row)
-            return np.zeros(len(cols)), np.zeros(n), np.zeros(n, np.int32)
-        return FastState(self, S, conv, sums=[
-            [None if L.mixer is None else sums(L.mixer.cols, L.mixer.w_in.shape[0]),
-             None if L.mlp is None else sums(L.mlp.cols, 2 * L.mlp.N)] for L in self.layers])
+    @property
+    def packed(self) -> Packed:
+        """The layers in flat pools (fast_pack.py): derived on first use, not pickled."""
+        pk = self.__dict__.get("_packed")
+        if pk is None:
+            pk = self.__dict__["_packed"] = Packed(self)
+        return pk
 
-    def _project(self, x, ss, cols, norm_w, w: "_Sparse", sums, full: bool):
-        """w @ RMSNorm(x)[cols] in float32: in full, or from the previous token's sums."""
-        if sums is None:
-            return K.norm_mv(x, ss, float(self.W), self.eps, cols, norm_w, *w.mv_args(), w.shape[0])
-        return K.inc_norm_mv(x, ss, float(self.W), self.eps, cols, norm_w, *w.mv_args(), w.shape[0], *sums, full)
-
-    def _mixer(self, mx: _Mixer, x, ss, S, conv, sums=None, full=True) -> float:
-        w = mx.w_in
-        p = self._project(x, ss, mx.cols, mx.norm_w, w, sums, full)
-        H = len(mx.heads)                                     # p: qkv channels, z entries, b, [a]
-        res = K.mixer_step(p, mx.C, mx.Z, H, conv, mx.conv_w, np.empty(mx.ext_size, dtype=F32), mx.gather,
-                           mx.kdims.shape[1], F32(self.dk ** 0.5), S, mx.decay is None, mx.neg_A,
-                           mx.dt_bias, mx.decay if mx.decay is not None else mx.neg_A, mx.gate_open,
-                           mx.out_slot, mx.z_gather, mx.gnorm_w, mx.out_sel, float(self.dv), self.eps)
-        if len(mx.out_sel):
-            ss = K.add_rows(x, mx.out_rows, mx.w_out @ res, ss)
-        return ss
-
-    def _mlp(self, m: _MLP, x, ss, sums=None, full=True) -> float:
-        if sums is None:
-            return K.mlp_layer(x, ss, float(self.W), self.eps, m.cols, m.norm_w, *m.w_gu.mv_args(), m.N,
-                               *m.w_down.mv_args(), m.rows)
-        gu = self._project(x, ss, m.cols, m.norm_w, m.w_gu, sums, full)
-        return K.mlp_down(x, ss, gu, m.N, *m.w_down.mv_args(), m.rows)
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_packed"}
 
     def _forward(self, state: FastState, token_id: int):
-        """One token through every compiled layer (recurrent path): the final residual and its sum
-        of squares (kept incrementally: K.add_rows)."""
+        """One token through every compiled layer (recurrent path, one call: K.forward_layers):
+        the final residual and its sum of squares (kept incrementally: K.add_rows)."""
         if not 0 <= token_id < self.V:
             raise IndexError(f"token {token_id} outside the machine vocabulary of {self.V}")
         x = np.zeros(self.W, dtype=F32)
         a, b = self.embed_ptr[token_id], self.embed_ptr[token_id + 1]
         x[self.embed_idx[a:b]] = self.embed_val[a:b]
         ss = K.sum_squares(x, self.embed_idx[a:b])
-        sums = state.sums or [(None, None)] * len(self.layers)
+        pk, p = self.packed, state.pools
         full = len(state.tokens) % self.RESYNC == 0
-        with np.errstate(over="ignore"):                   # exp overflow -> sigmoid 0, as in torch
-            for L, S, conv, (s_mx, s_mlp) in zip(self.layers, state.S, state.conv, sums):
-                if L.mixer is not None:
-                    ss = self._mixer(L.mixer, x, ss, S, conv, s_mx, full)
-                if L.mlp is not None:
-                    ss = self._mlp(L.mlp, x, ss, s_mlp, full)
+        ss = K.forward_layers(x, ss, float(self.W), self.eps, F32(self.dk ** 0.5), float(self.dv),
+                              state.incremental, full, pk.meta, *pk.pools,
+                              p["S"], p["CV"], p["P"], p["A"], p["N"])
         state.tokens.append(int(token_id))
         return x, ss
 

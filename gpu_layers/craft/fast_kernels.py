@@ -207,16 +207,9 @@ def norm_mv(x, ss, width, eps, cols, w, colptr, rows, codes, table, n):
 
 
 @_jit
-def mlp_layer(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, N, dn_ptr, dn_rows, dn_codes,
-              dn_table, out_rows):
-    """x += down(silu(gate n) * up n) for n = RMSNorm(x); returns the updated sum of squares."""
-    gu = norm_mv(x, ss, width, eps, cols, w, gu_ptr, gu_rows, gu_codes, gu_table, 2 * N)
-    return mlp_down(x, ss, gu, N, dn_ptr, dn_rows, dn_codes, dn_table, out_rows)
-
-
-@_jit
 def mlp_down(x, ss, gu, N, dn_ptr, dn_rows, dn_codes, dn_table, out_rows):
-    """x += down(silu(gate) * up) from the gate/up product `gu` (in full, or inc_norm_mv's)."""
+    """x += down(silu(gate) * up) from the gate/up product `gu` (norm_mv's, or inc_norm_mv's);
+    returns the updated sum of squares."""
     y = csc_mv(dn_ptr, dn_rows, dn_codes, dn_table, out_rows.shape[0], swiglu(gu, N))
     return add_rows(x, out_rows, y, ss)
 
@@ -326,3 +319,70 @@ def inc_norm_mv(x, ss, width, eps, cols, w, colptr, rows, codes, table, n, prev,
     for i in range(n):
         out[i] = F32(acc[i] * s)
     return out
+
+
+# ---- one call a token: every compacted layer's arrays sit in a few flat pools (fast_pack.py), a
+# layer's row of `meta` holds (offset, length) of each of its segments, in this order, then its
+# scalars. A token through the core's 20 layers was about 110 calls from Python, a quarter of its
+# time in the calls and the glue between them.
+
+(MX_COLS, MX_NORM, MX_IN_PTR, MX_IN_ROWS, MX_IN_CODES, MX_IN_TABLE, MX_CONV_W, MX_GATHER, MX_NEG_A,
+ MX_DT, MX_DECAY, MX_OUT_SLOT, MX_ZG, MX_GNORM, MX_SEL, MX_OUT_PTR, MX_OUT_ROWS, MX_OUT_CODES,
+ MX_OUT_TABLE, MX_XROWS, MX_S, MX_CONV, MX_PREV, MX_ACC, MX_CNT,
+ ML_COLS, ML_NORM, ML_GU_PTR, ML_GU_ROWS, ML_GU_CODES, ML_GU_TABLE, ML_DN_PTR, ML_DN_ROWS,
+ ML_DN_CODES, ML_DN_TABLE, ML_XROWS, ML_PREV, ML_ACC, ML_CNT) = range(39)
+SEGMENTS = 39
+(HAS_MX, MX_C, MX_Z, MX_H, MX_D, MX_E, MX_K1, MX_G_ROWS, MX_GATE_OPEN, MX_N_IN, MX_EXT, MX_NOUT,
+ HAS_ML, ML_N) = range(2 * SEGMENTS, 2 * SEGMENTS + 14)
+META = 2 * SEGMENTS + 14
+
+
+@_jit
+def _seg(pool, m, k):
+    o = m[2 * k]
+    return pool[o:o + m[2 * k + 1]]
+
+
+@_jit
+def forward_layers(x, ss, width, eps, qscale, dv, inc, full, meta, I, F, R, Cd, T, S, CV, P, A, N):
+    """The residual x (updated) through every layer of `meta`, as FastMachine's per-layer calls
+    would take it: the in_proj (norm_mv, or inc_norm_mv from the sums in P, A, N when inc),
+    mixer_step on the state in S and CV, out_proj; the MLP; returns the residual's sum of
+    squares."""
+    for layer in range(meta.shape[0]):
+        m = meta[layer]
+        if m[HAS_MX] != 0:
+            C, Z, H, d, e, K1, nout = m[MX_C], m[MX_Z], m[MX_H], m[MX_D], m[MX_E], m[MX_K1], m[MX_NOUT]
+            cols, w = _seg(I, m, MX_COLS), _seg(F, m, MX_NORM)
+            ptr, rows, codes, table = _seg(I, m, MX_IN_PTR), _seg(R, m, MX_IN_ROWS), _seg(Cd, m, MX_IN_CODES), \
+                _seg(T, m, MX_IN_TABLE)
+            if inc:
+                p = inc_norm_mv(x, ss, width, eps, cols, w, ptr, rows, codes, table, m[MX_N_IN],
+                                _seg(P, m, MX_PREV), _seg(A, m, MX_ACC), _seg(N, m, MX_CNT), full)
+            else:
+                p = norm_mv(x, ss, width, eps, cols, w, ptr, rows, codes, table, m[MX_N_IN])
+            res = mixer_step(p, C, Z, H, _seg(CV, m, MX_CONV).reshape((K1 - 1, C)),
+                             _seg(F, m, MX_CONV_W).reshape((K1, C)), np.empty(m[MX_EXT], dtype=np.float32),
+                             _seg(I, m, MX_GATHER).reshape((H, 2 * d + e)), d, qscale,
+                             _seg(S, m, MX_S).reshape((H, d, e)), m[MX_G_ROWS] != 0, _seg(F, m, MX_NEG_A),
+                             _seg(F, m, MX_DT), _seg(F, m, MX_DECAY), m[MX_GATE_OPEN] != 0,
+                             _seg(I, m, MX_OUT_SLOT), _seg(I, m, MX_ZG).reshape((nout, e)),
+                             _seg(F, m, MX_GNORM).reshape((nout, e)), _seg(I, m, MX_SEL), dv, eps)
+            if res.shape[0] > 0:
+                xrows = _seg(I, m, MX_XROWS)
+                y = csc_mv(_seg(I, m, MX_OUT_PTR), _seg(R, m, MX_OUT_ROWS), _seg(Cd, m, MX_OUT_CODES),
+                           _seg(T, m, MX_OUT_TABLE), xrows.shape[0], res)
+                ss = add_rows(x, xrows, y, ss)
+        if m[HAS_ML] != 0:
+            n = m[ML_N]
+            cols, w = _seg(I, m, ML_COLS), _seg(F, m, ML_NORM)
+            ptr, rows, codes, table = _seg(I, m, ML_GU_PTR), _seg(R, m, ML_GU_ROWS), _seg(Cd, m, ML_GU_CODES), \
+                _seg(T, m, ML_GU_TABLE)
+            if inc:
+                gu = inc_norm_mv(x, ss, width, eps, cols, w, ptr, rows, codes, table, 2 * n,
+                                 _seg(P, m, ML_PREV), _seg(A, m, ML_ACC), _seg(N, m, ML_CNT), full)
+            else:
+                gu = norm_mv(x, ss, width, eps, cols, w, ptr, rows, codes, table, 2 * n)
+            ss = mlp_down(x, ss, gu, n, _seg(I, m, ML_DN_PTR), _seg(R, m, ML_DN_ROWS), _seg(Cd, m, ML_DN_CODES),
+                          _seg(T, m, ML_DN_TABLE), _seg(I, m, ML_XROWS))
+    return ss
