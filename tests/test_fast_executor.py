@@ -276,3 +276,27 @@ def test_silu_shortcut_is_the_formula_bit_for_bit():
     got, want = both(xs)
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
     assert (xs < K.SILU_ZERO).sum() > 100_000 and (xs > K.SILU_ID).sum() > 100_000
+
+
+def test_mixer_silu_pass_is_silu_bit_for_bit():
+    """mixer_step's SiLU over the conv outputs (branch-free for the saturated, _silu for the listed
+    rest) gives _silu's bits on every input, and +0 for both zeros; the one-tap conv keeps
+    0 + p w (a -0 input becomes +0)."""
+    from gpu_layers.craft import fast_kernels as K
+
+    rng = np.random.default_rng(1)
+    p = np.concatenate([rng.uniform(-300, 300, 50_000), rng.uniform(-20, 20, 50_000),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, K.SILU_ZERO, K.SILU_ID, 1e-40, -1e-40]]).astype(np.float32)
+    n = len(p)
+    w = rng.choice(np.float32([1.0, -1.0, 0.5, 3.0]), n)
+    ext = np.empty(n + 1, dtype=np.float32)
+    K.mixer_step(p.copy(), n, 0, 0, np.zeros((0, n), np.float32), w.reshape(1, n), ext,
+                 np.zeros((0, 2), np.int64), 1, np.float32(1.0), np.zeros((0, 1, 0), np.float32), False,
+                 np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32), True,
+                 np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32),
+                 np.zeros(0, np.int64), 128.0, np.float32(1e-6))
+    conv = np.float32(0.0) + p * w
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.array([np.float32(0.0) if x == 0 else K._silu(x) for x in conv], dtype=np.float32)
+    assert ext[0] == 0 and np.array_equal(ext[1:].view(np.int32), want.view(np.int32))
+    assert np.isnan(ext[1 + n - 5]) and not np.signbit(ext[1 + n - 8])

@@ -76,38 +76,57 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
     read-out of the out heads (out_slot: a head's row of the output, -1 for none), their
     gated RMSNorm; returns the out_proj inputs (out_sel)."""
     K1 = conv_w.shape[0]
-    for c in range(C):                                  # the causal conv, oldest tap first
-        acc = F32(0.0)
-        for k in range(K1 - 1):
-            acc += conv[k, c] * conv_w[k, c]
-        acc += p[c] * conv_w[K1 - 1, c]
-        for k in range(K1 - 2):
-            conv[k, c] = conv[k + 1, c]
-        if K1 > 1:
+    if K1 == 1:                                         # the last tap alone: acc = 0 + p w
+        for c in range(C):
+            p[c] = F32(0.0) + p[c] * conv_w[0, c]
+    else:
+        for c in range(C):                              # the causal conv, oldest tap first
+            acc = F32(0.0)
+            for k in range(K1 - 1):
+                acc += conv[k, c] * conv_w[k, c]
+            acc += p[c] * conv_w[K1 - 1, c]
+            for k in range(K1 - 2):
+                conv[k, c] = conv[k + 1, c]
             conv[K1 - 2, c] = p[c]
-        p[c] = acc
+            p[c] = acc
     ext[0] = F32(0.0)
-    for i in range(C + Z):                              # [0, silu(conv out), silu(z)]
-        pi = p[i]                                       # silu(0) = 0 exactly: no exp
-        ext[1 + i] = F32(0.0) if pi == F32(0.0) else _silu(pi)
+    n = C + Z
+    mid = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):      # branch-free: saturated x or x * 0 as _silu gives, 0 -> +0; the rest listed
+        x = p[i]
+        ext[1 + i] = x if x > SILU_ID else (x * F32(0.0) if x < SILU_ZERO else F32(0.0))
+        mid[m] = i
+        m += not ((x < SILU_ZERO) | (x > SILU_ID) | (x == F32(0.0)))     # NaN: the formula
+    for j in range(m):                                  # the rest: the formula
+        ext[1 + mid[j]] = _silu(p[mid[j]])
     e = gather.shape[1] - 2 * d
     q = np.empty(d, dtype=np.float32)
     k = np.empty(d, dtype=np.float32)
     v = np.empty(e, dtype=np.float32)
     kv = np.empty(e, dtype=np.float32)
     out = np.zeros((z_gather.shape[0], e), dtype=np.float32)     # one row per out head
+    qi = np.empty(d, dtype=np.int64)                  # the nonzero q and k dims, in order (one-hot
+    ki = np.empty(d, dtype=np.int64)                  # keys: one each); zeros add and scale to themselves
     for h in range(H):
-        sq, sk = 0.0, 0.0
+        nqz, nkz = 0, 0
         for j in range(d):
-            q[j] = ext[gather[h, j]]
-            k[j] = ext[gather[h, d + j]]
-            sq += np.float64(q[j]) * q[j]
-            sk += np.float64(k[j]) * k[j]
+            qj, kj = ext[gather[h, j]], ext[gather[h, d + j]]
+            q[j], k[j] = qj, kj
+            qi[nqz], ki[nkz] = j, j
+            nqz += qj != F32(0.0)
+            nkz += kj != F32(0.0)
+        sq, sk = 0.0, 0.0
+        for t in range(nqz):
+            sq += np.float64(q[qi[t]]) * q[qi[t]]
+        for t in range(nkz):
+            sk += np.float64(k[ki[t]]) * k[ki[t]]
         nq = np.sqrt(F32(sq) + F32(1e-6))
         nk = np.sqrt(F32(sk) + F32(1e-6))
-        for j in range(d):
-            q[j] = (q[j] / nq) / qscale
-            k[j] = k[j] / nk
+        for t in range(nqz):
+            q[qi[t]] = (q[qi[t]] / nq) / qscale
+        for t in range(nkz):
+            k[ki[t]] = k[ki[t]] / nk
         for j in range(e):
             v[j] = ext[gather[h, 2 * d + j]]
         beta = F32(1.0) / (F32(1.0) + np.exp(-p[C + Z + h]))
@@ -123,24 +142,24 @@ def mixer_step(p, C, Z, H, conv, conv_w, ext, gather, d, qscale, S, g_rows, neg_
                     S[h, j, c] *= g
         for c in range(e):
             kv[c] = 0.0
-        for j in range(d):                              # S^T k (one-hot keys: one row)
-            if k[j] != 0.0:
-                for c in range(e):
-                    kv[c] += k[j] * S[h, j, c]
+        for t in range(nkz):                            # S^T k (one-hot keys: one row)
+            j = ki[t]
+            for c in range(e):
+                kv[c] += k[j] * S[h, j, c]
         for c in range(e):
             kv[c] = (v[c] - kv[c]) * beta
-        for j in range(d):
-            if k[j] != 0.0:
-                for c in range(e):
-                    S[h, j, c] += k[j] * kv[c]
+        for t in range(nkz):
+            j = ki[t]
+            for c in range(e):
+                S[h, j, c] += k[j] * kv[c]
         b = out_slot[h]
         if b < 0:
             continue
         so = 0.0
-        for j in range(d):                              # S^T q
-            if q[j] != 0.0:
-                for c in range(e):
-                    out[b, c] += q[j] * S[h, j, c]
+        for t in range(nqz):                            # S^T q
+            j = qi[t]
+            for c in range(e):
+                out[b, c] += q[j] * S[h, j, c]
         for c in range(e):
             so += np.float64(out[b, c]) * out[b, c]
         r = F32(1.0) / np.sqrt(F32(so / dv) + eps)      # mean over all dv dims
