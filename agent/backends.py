@@ -9,7 +9,7 @@
   layers, run by the fast executor, generate the whole trace and the dump; the outputs are decoded
   from the generated tokens and compared with the interpreter's). Compiled on first use (two to
   three minutes, 8.3 GB) and cached; about 1,000 tokens/s on a 2-core CPU; kernels outside the
-  core's scope (blocks of more than two warps, ...) raise a QwenGPUError naming why.
+  core's scope (blocks of more than four warps, ...) raise a QwenGPUError naming why.
 * `auto`: the interpreter (the model backend runs only when asked for: it is slow and compiles
   on first use).
 

@@ -200,7 +200,7 @@ def test_snapshot_registers_and_written_marks():
     assert "qg-w" in html and f'data-step="{s.step}"' in html
 
 
-@pytest.mark.parametrize("name", ["crc32_bytes", "flag_chain"])    # one warp; two warps (<w> tokens)
+@pytest.mark.parametrize("name", ["crc32_bytes", "flag_chain"])    # one warp; four warps (<w> tokens)
 def test_tokens_align_with_machine_code_steps(name):
     c, k, args = _launch(name)
     mk = lower(k)
@@ -341,8 +341,8 @@ def test_the_model_backend_runs_the_kernel_inside_the_model():
 
 
 def test_the_model_backend_names_what_the_core_does_not_run():
-    # flag_chain: blocks of 128 threads (four warps), which the machine core does not have
-    rep = run_prepared(prepare(example_input("flag_chain"), LOCAL), LOCAL, backend="model")
-    want = "128 threads per block: the machine core v0 runs up to 64"
+    # f64_convert: 6,656 bytes of buffers, more global memory than the machine core has
+    rep = run_prepared(prepare(example_input("f64_convert"), LOCAL), LOCAL, backend="model")
+    want = "the buffers need 6656 bytes of global memory: the memory unit v0 holds 4096"
     assert rep.verdict == "reference-only" and want in rep.machine_error
     assert want in render.run_html(rep, LOCAL)

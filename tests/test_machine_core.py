@@ -58,7 +58,7 @@ def test_schedules_for_qwen35_2b(circuit):
     s = Shapes.of(REAL_2B)            # (the validator's exactness pass takes minutes: compile runs it)
     plans, _ = schedule(circuit, s)
     from webapp.render import CORE_LAYERS     # the app's layer map says the same
-    assert len(plans) == CORE_LAYERS == 20
+    assert len(plans) == CORE_LAYERS == 24
     for pl in plans:
         assert pl.neurons() <= s.intermediate_size
         assert pl.groups(s) <= s.linear_num_key_heads
@@ -90,9 +90,9 @@ def test_vocabulary_carries_prompt_stream_and_dump(circuit, name):
 
 
 def test_refuses_what_it_lacks_by_name():
-    c, mk, args = _case("flag_chain")                  # 128 threads: four warps
-    with pytest.raises(CoreError, match="128 threads per block: the machine core v0 runs up to 64"):
-        prompt_tokens(mk, c.grid, c.block, args, _outputs(c))
+    c, mk, args = _case("flag_chain")                  # 256 threads: eight warps
+    with pytest.raises(CoreError, match="256 threads per block: the machine core v0 runs up to 128"):
+        prompt_tokens(mk, c.grid, (256, 1, 1), args, _outputs(c))
     c, mk, args = _case("exch_claim")
     with pytest.raises(MM.MemoryMapError, match="atomics"):
         prompt_tokens(mk, c.grid, c.block, args, _outputs(c))
@@ -136,6 +136,24 @@ def test_core_runs_a_kernel_inside_the_model(core, name):
     c, mk, args = _case(name)
     prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
     assert sum(t.startswith("<g ") and t.endswith(" 2>") for t in want) > 40
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    dec = MM.decode_dump(got, lay, {i: args[i] for i in _outputs(c)})
+    ref = _reference(c)
+    for i in _outputs(c):
+        assert dec[i].tobytes() == ref.buffers[i].tobytes()
+
+
+def test_core_runs_a_block_of_four_warps(core):
+    """flag_chain: 128 threads, four warps taking turns by the round robin (`<w W H G>` names warps
+    0-3); each thread waits for the flag its predecessor sets, so the chain crosses every warp
+    boundary and only fair turns finish it. The model generates the trace and the dump; the
+    outputs equal the original kernel's."""
+    fm, ids = core
+    c, mk, args = _case("flag_chain")
+    assert c.block[0] == 128
+    prompt, want, lay, _ = launch_tokens(mk, c.grid, c.block, args, _outputs(c), c.dynamic_shared_bytes)
+    assert {t.split()[1] for t in want if t.startswith("<w ")} == {"0", "1", "2", "3"}
     got, bad = run_core(fm, ids, prompt, want)
     assert bad is None and got == want
     dec = MM.decode_dump(got, lay, {i: args[i] for i in _outputs(c)})

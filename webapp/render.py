@@ -258,8 +258,8 @@ def solve_html(view) -> str:
 # --------------------------------------------------------------------------------------- inside
 
 
-CORE_LAYERS = 20  # the machine core's layers for Qwen3.5-2B's shapes (tests/test_machine_core.py checks the schedule)
-LAYER_MAP = [     # the machine core's 20 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
+CORE_LAYERS = 24  # the machine core's layers for Qwen3.5-2B's shapes (tests/test_machine_core.py checks the schedule)
+LAYER_MAP = [     # the machine core's 24 layers as scheduled for Qwen3.5-2B's shapes (docs/machine.md §7;
     # scripts/residual_liveness.py and craft.assemble.schedule print the placement)
     ("0-2", "Prompt and issue", "prompt registers (thread and block counts, the <pa> address), the program in "
                                 "8 banks per field (control words, operands, predicates, immediates), the "
@@ -269,11 +269,11 @@ LAYER_MAP = [     # the machine core's 20 layers as scheduled for Qwen3.5-2B's s
     ("5-9", "Pick the next step", "the cursor rule (the lowest PC at or after the cursor), re-digitized, the "
                                   "warps' round robin (<w W H G>), the write-back's chunk buffers and commit, the "
                                   "executing lane group"),
-    ("10-13", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in four "
+    ("10-17", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in eight "
                                "banks of heads (two per warp); the immediate and %tid / %ctaid gated in"),
-    ("12-16", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
+    ("12-20", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
                                 "banks of global and shared memory, the loaded word"),
-    ("16-19", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
+    ("20-23", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
                       "the output dump"),
 ]
 

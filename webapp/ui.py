@@ -39,8 +39,8 @@ INTRO = """# qwenGPU
 `nvcc` (from PyPI, sandboxed) compiles it to PTX; the reference SIMT interpreter (bit for bit the
 definition of the machine, checked against a real NVIDIA GPU) runs it, and the kernel's *machine code*
 runs as the token stream the compiled model emits. With the model backend, the compiled machine
-core (20 layers for Qwen3.5-2B's shapes, run by the fast executor) generates the whole trace
-itself, blocks of up to two warps, and the outputs are decoded from its tokens; a built stock checkpoint
+core (24 layers for Qwen3.5-2B's shapes, run by the fast executor) generates the whole trace
+itself, blocks of up to four warps, and the outputs are decoded from its tokens; a built stock checkpoint
 of it is not available yet."""
 
 

@@ -47,9 +47,9 @@ then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
 
 Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered, in
 blocks of one warp so that vectors, sub-word accesses and atomics are scalar word accesses,
-allocated): blocks of up to 64 threads, two warps of 8 lane groups taking turns by the
+allocated): blocks of up to 128 threads, four warps of 8 lane groups taking turns by the
 interpreter's round robin (the control unit's `<w W H G>` before each `<wi W P H>`; the register
-file in 2 x 2 banks per lane and port, bank 2 W + K // 4; %tid.x = 32 W + 4 K' + lane; the
+file in 4 x 2 banks per lane and port, bank 2 W + K // 4; %tid.x = 32 W + 4 K' + lane; the
 warp of a pending group is kept with its state, since an issue's last group commits at the next
 issue's `<wi>`, and nothing executes at `<w>`; warp exchanges wait at the machine's warp
 barrier, `<pc wbar>`), programs of up to 1,024 machine
@@ -58,9 +58,10 @@ instructions (every program memory in 8 banks of 128), up to 32 register-file sl
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 20 layers, W 19,586, 100,448 tokens (18 layers, W 17,115 with one warp). The dense stock model would need
-about 50 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
-vocabulary kept sparse: about 7 GB at peak); scripts/machine_core.py runs kernels in it and
+For Qwen3.5-2B's shapes: 24 layers, W 25,863, 106,249 tokens (20 layers, W 21,274 with two warps;
+the register file's read ports grow by a head per lane, bank and port). The dense stock model would need
+about 93 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
+vocabulary kept sparse: about 10 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
 """
 from __future__ import annotations
@@ -87,7 +88,7 @@ from gpu_layers.ptx.ir import TYPE_BITS
 
 LANES = R.LANES
 GROUPS = 8                     # lane groups of 4: one whole warp of 32 threads
-WARPS = 2                      # warps of a block (round robin, the control unit's <w W H G>)
+WARPS = 4                      # warps of a block (round robin, the control unit's <w W H G>)
 THREADS = LANES * GROUPS * WARPS
 GBITS = GROUPS.bit_length() - 1
 WBITS_W = (WARPS - 1).bit_length()     # bits of a warp index
@@ -445,7 +446,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 60 GB at W 19,418 and 20 layers in fp32)."""
+    Needs the memory of the dense weights (about 93 GB at W 25,863 and 24 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
