@@ -258,12 +258,12 @@ def test_backends():
 
 
 def test_the_model_backend_names_a_kernel_outside_the_core_before_compiling_it():
-    # 128 threads: four warps per block, which the machine core does not run (refused by name
+    # 256 threads: eight warps per block, which the machine core does not run (refused by name
     # before any core is loaded); the interpreter's reference run comes first and succeeds
     from gpu_layers.nvcc import compile_cuda
     ptx = compile_cuda('extern "C" __global__ void k(int* a) { a[threadIdx.x] = threadIdx.x; }\n')
-    with pytest.raises(QwenGPUError, match="128 threads per block"):
-        get_backend("model").run(ptx, "k", (1, 1, 1), (128, 1, 1), 0, [np.zeros(128, np.int32)], 10_000)
+    with pytest.raises(QwenGPUError, match="256 threads per block"):
+        get_backend("model").run(ptx, "k", (1, 1, 1), (256, 1, 1), 0, [np.zeros(256, np.int32)], 10_000)
 
 
 def test_adhoc_statement_is_compiled_and_validated_only(db, prompts):
