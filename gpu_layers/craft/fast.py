@@ -188,8 +188,8 @@ def _nz_rows(w: np.ndarray) -> np.ndarray:
 
 
 class _Sparse:
-    """A projection kept as its nonzero entries, column by column: `M @ x` (fast_kernels.csc_mv)
-    visits only the columns where x is nonzero (a compiled layer's projections are 98-99.8 % zeros,
+    """A projection kept as its nonzero entries, column by column: M x (fast_kernels.csc_mv,
+    inc_norm_mv) visits only the columns where x is nonzero (a compiled layer's projections are 98-99.8 % zeros,
     and many of their inputs are mostly zero: the out_proj and down_proj inputs, 1-20 % nonzero;
     the LM head's, 13 %). Measured on the core, this beats a row-by-row product even where the
     input is dense (the normed residual, ~85 %). A row without nonzeros gives exactly 0.
@@ -221,9 +221,6 @@ class _Sparse:
     def mv_args(self) -> tuple:
         """(colptr, rows, codes, table): a matrix as the kernels take it."""
         return self.colptr, self.rows, self.codes, self.table
-
-    def __matmul__(self, x: np.ndarray) -> np.ndarray:
-        return K.csc_mv(*self.mv_args(), self.shape[0], np.ascontiguousarray(x, dtype=F32))
 
 
 def _narrowest(n: int):
