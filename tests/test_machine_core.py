@@ -571,3 +571,51 @@ def test_core_runs_bytes_vectors_atomics_local_memory_shuffles_and_a_2d_launch(c
     ref = launch(k, grid, block, [a.copy() for a in args])
     assert dec[0].tobytes() == ref.buffers[0].tobytes()
     assert ref.buffers[0][:2].tolist() != [0, 0]
+
+
+FAR = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry far(.param .u64 o, .param .u64 p, .param .u32 k)
+{
+  .reg .b64 %rd<9>;
+  .reg .b32 %r<5>;
+  ld.param.u64 %rd1, [o];
+  ld.param.u64 %rd2, [p];
+  ld.param.u32 %r1, [k];
+  cvta.to.global.u64 %rd3, %rd1;
+  cvta.to.global.u64 %rd4, %rd2;
+  mov.u32 %r2, %tid.x;
+  add.s32 %r3, %r1, %r2;
+  mul.wide.u32 %rd5, %r3, 4;
+  add.s64 %rd6, %rd4, %rd5;
+  ld.global.u32 %r4, [%rd6];
+  mul.wide.u32 %rd7, %r2, 4;
+  add.s64 %rd8, %rd3, %rd7;
+  st.global.u32 [%rd8], %r4;
+  ret;
+}
+"""
+
+
+def test_core_reads_the_top_of_its_16_kb_of_global_memory_and_faults_past_it(core):
+    """A 4,088-word input after a 4-word output: lanes read words 4084..4087 (machine words
+    4092..4095, global banks 28..31, address bits 12 and 13 set) and the outputs equal the
+    interpreter's; read two words further, lanes 2 and 3 leave the buffer and the model emits
+    <fault> at lane 2."""
+    fm, ids = core
+    k = module_for(FAR).kernel("far")
+    mk, _ = allocate(lower(k))
+    inp = np.zeros(4088, np.uint32)
+    inp[-6:] = [0xDEADBEEF, 7, 0x80000001, 12345, 0xFFFFFFFF, 99]
+    args = [np.zeros(4, np.uint32), inp, 4084]
+    prompt, want, lay, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), args, [0])
+    assert lay.offsets == {0: 0, 1: 32} and MM.CAPACITY["global"] == 16384
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    ref = launch(k, 1, 4, [np.zeros(4, np.uint32), inp.copy(), 4084])
+    assert MM.decode_dump(got, lay, {0: args[0]})[0].tobytes() == ref.buffers[0].tobytes() == inp[-4:].tobytes()
+    prompt, want, _, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32), inp, 4086], [0])
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want and got[-2:] == ["<mt 2>", "<fault>"]

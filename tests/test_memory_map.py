@@ -1,5 +1,5 @@
 """The memory unit's map (gpu_layers.machine.memory_map) and the interpreter's buffer offsets it
-relies on: buffers packed into the machine's 4 KB give the same results, prompt and dump tokens
+relies on: buffers packed into the machine's 16 KB give the same results, prompt and dump tokens
 round-trip, the one-lane-per-position rule, refusals by name."""
 import numpy as np
 import pytest
@@ -40,8 +40,10 @@ def test_layout_packs_outputs_first_at_rows():
     lay = MM.layout([a, 7, b, out], outputs=[3])
     assert lay.outputs == [3] and lay.offsets == {3: 0, 0: 32, 2: 64}
     assert lay.dump_words == 3
-    with pytest.raises(MM.MemoryMapError, match="4096"):
-        MM.layout([np.zeros(1025, np.int32)], outputs=[0])
+    assert MM.CAPACITY["global"] == 16384
+    MM.layout([np.zeros(4096, np.int32)], outputs=[0])
+    with pytest.raises(MM.MemoryMapError, match="16416 bytes of global memory: the memory unit v0 holds 16384"):
+        MM.layout([np.zeros(4097, np.int32)], outputs=[0])
 
 
 def test_buffer_offsets_keep_results_and_bounds():

@@ -269,10 +269,10 @@ LAYER_MAP = [     # the machine core's 24 layers as scheduled for Qwen3.5-2B's s
     ("5-9", "Pick the next step", "the cursor rule (the lowest PC at or after the cursor), re-digitized, the "
                                   "warps' round robin (<w W H G>), the write-back's chunk buffers and commit, the "
                                   "executing lane group"),
-    ("10-17", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in eight "
+    ("10-16", "Operand fetch", "the register file: three read ports per lane (a, b, the predicate), each in eight "
                                "banks of heads (two per warp); the immediate and %tid / %ctaid gated in"),
-    ("12-20", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 12 "
-                                "banks of global and shared memory, the loaded word"),
+    ("12-20", "ALU and memory", "four ALU stages per lane; the memory address bits, the served lane, bounds, 36 "
+                                "banks of global (16 KB) and shared memory (2 KB), the loaded word"),
     ("20-23", "Emit", "latches, the executed lanes and poison rules, the step token <g> and the data tokens <d>, "
                       "the output dump"),
 ]

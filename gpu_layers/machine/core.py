@@ -58,9 +58,10 @@ instructions (every program memory in 8 banks of 128), up to 32 register-file sl
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 24 layers, W 25,863, 106,249 tokens (20 layers, W 21,274 with two warps;
-the register file's read ports grow by a head per lane, bank and port). The dense stock model would need
-about 93 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
+For Qwen3.5-2B's shapes: 24 layers, W 27,579, 121,609 tokens (20 layers, W 21,274 with two warps
+and 4 KB of global memory; the register file's read ports grow by a head per lane, bank and port,
+each head placed on its own, and 16 KB of global memory takes 32 heads). The dense stock model
+would need about 103 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 10 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
 """
@@ -446,7 +447,7 @@ def _first_terms(cand, G: int, ks, extra: Lin | None = None, need: float = 0.0):
 
 def build_core(config) -> Core:
     """Compile the machine core v0 for a Qwen3.5 text config (or shapes dict; Qwen3.5-2B's).
-    Needs the memory of the dense weights (about 93 GB at W 25,863 and 24 layers in fp32)."""
+    Needs the memory of the dense weights (about 103 GB at W 27,579 and 24 layers in fp32)."""
     c = core_circuit()
     comp = compile_circuit(c, config)
     ids = {n: i for i, n in enumerate(comp.machine.token_names)}
@@ -615,11 +616,12 @@ def core_circuit() -> Circuit:
 
     # ---- operand fetch: three read ports per lane on copies of the register file; each copy in
     # banks of 4 groups (a head per lane and bank), read together: only the addressed bank's read
-    # is enabled, and a disabled read is an exact zero, so the banks' reads add up ---------------
+    # is enabled, and a disabled read is an exact zero, so the banks' reads add up. Each head is a
+    # memory of its own (`{port}{bank}_{lane}`), so the scheduler packs 15 a layer, not 3 ports of 4 --
     def port(name, addr, wbits, data, re: Field):
-        reads = [B.memory(c, f"{name}{rb}" if nrb > 1 else name, R.SLOTS, wbits, r.rf_addr, addr, data,
-                          we=r.rf_we_bank[rb], blank=r.rf_blank, reset=hot["blk"], lanes=LANES,
-                          re=re.bit(rb)).outputs for rb in range(nrb)]
+        reads = [[B.memory(c, f"{name}{rb}_{j}", R.SLOTS, wbits, r.rf_addr, addr, [data[j]],
+                           we=r.rf_we_bank[rb][j], blank=r.rf_blank[j], reset=hot["blk"],
+                           re=re.bit(rb)).outputs[0] for j in range(LANES)] for rb in range(nrb)]
         return [_BankedRead(f"{name}{j}", [rd[j] for rd in reads]) for j in range(LANES)]
 
     rfa = port("rfa", ra["a"], R.WBITS, r.rf_data, ren["a"])

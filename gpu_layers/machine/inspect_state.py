@@ -165,9 +165,12 @@ def core_registers(source, slots: dict, strict: bool = True, port: str = "rfa") 
 
     places = core_placements()
     banks = []
-    for b in range(WARPS * GROUPS // BANK_GROUPS):
-        place = places.port(f"{port}{b}")
-        banks.append(read_port_state(recurrent_state(source, place.layer), place, 0, strict))
+    for b in range(WARPS * GROUPS // BANK_GROUPS):            # a head per lane: port {port}{b}_{j}
+        lanes = []
+        for j in range(LANES):
+            place = places.port(f"{port}{b}_{j}")
+            lanes += read_port_state(recurrent_state(source, place.layer), place, 0, strict)
+        banks.append(lanes)
     out = {}
     for kw in range(WARPS * GROUPS):
         words = banks[kw // BANK_GROUPS]
@@ -179,7 +182,7 @@ def core_registers(source, slots: dict, strict: bool = True, port: str = "rfa") 
 
 def core_memory(source, space: str) -> dict:
     """{machine byte address: 32-bit word or None} of the core's global or shared memory (memory_map:
-    global word x in bank (x >> 2) & 7, row x >> 5; shared in bank (x >> 2) & 3, row (x >> 4) & 127;
+    global word x in bank (x >> 2) & 31, row x >> 7; shared in bank (x >> 2) & 3, row (x >> 4) & 127;
     None: never written; a global word of the buffers that is 0 is never sent, so it reads None
     too), read from the memory unit's heads in `source` (as core_registers)."""
     from gpu_layers.machine import memory_map as MM
@@ -188,7 +191,7 @@ def core_memory(source, space: str) -> dict:
         raise ValueError(f"space must be one of {MM.SPACES}, got {space!r}")
     places = core_placements()
     nb = MM.BANKS[space]
-    shift = (nb - 1).bit_length() + 2            # the row's low address bit: 5 global, 4 shared
+    shift = (nb - 1).bit_length() + 2            # the row's low address bit: 7 global, 4 shared
     out = {}
     for b in range(nb):
         place = places.port(f"{space[0]}mem{b}")
@@ -207,14 +210,16 @@ def blank_rails(source, port: str = "rfa") -> tuple[int, float]:
     from gpu_layers.craft.state import _rails
     from gpu_layers.machine.core import GROUPS, WARPS
     from gpu_layers.machine.regfile import GROUPS as BANK_GROUPS
+    from gpu_layers.machine.regfile import LANES
 
     places = core_placements()
     n, worst = 0, 0.0
     for b in range(WARPS * GROUPS // BANK_GROUPS):
-        place = places.port(f"{port}{b}")
-        r = _rails(recurrent_state(source, place.layer), place, 0, place.port.slots)
-        blank = (np.abs(r) < 1.0).all(axis=(-1, -2))              # every rail of the slot near 0
-        n += int(blank.sum())
-        if blank.any():
-            worst = max(worst, float(np.abs(r[blank]).max()))
+        for j in range(LANES):
+            place = places.port(f"{port}{b}_{j}")
+            r = _rails(recurrent_state(source, place.layer), place, 0, place.port.slots)
+            blank = (np.abs(r) < 1.0).all(axis=(-1, -2))          # every rail of the slot near 0
+            n += int(blank.sum())
+            if blank.any():
+                worst = max(worst, float(np.abs(r[blank]).max()))
     return n, worst

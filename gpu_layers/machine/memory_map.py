@@ -2,16 +2,17 @@
 which lane of a lane group accesses memory at which position, and the memory's prompt and dump
 tokens. The circuit is gpu_layers/machine/memunit.py.
 
-Two memories of 32-bit words in DeltaNet heads of 128 rows (slots): global memory in 8 banks
-(4 KB; written by the prompt, never reset) and shared memory in 4 banks (2 KB; reset at every
-`<blk>`). A word at byte address x (the low 12 bits of the access's address) sits in global bank
-(x >> 2) & 7, row x >> 5, or shared bank (x >> 2) & 3, row (x >> 4) & 127: bank and row are bits
-of the address, so no adder stands between the address and the key. A 64-bit access is two words
+Two memories of 32-bit words in DeltaNet heads of 128 rows (slots): global memory in 32 banks
+(16 KB; written by the prompt, never reset) and shared memory in 4 banks (2 KB; reset at every
+`<blk>`). A word at byte address x (the low 14 bits of a global access's address, the low 12 of a
+shared one's) sits in global bank (x >> 2) & 31, row x >> 7, or shared bank (x >> 2) & 3, row
+(x >> 4) & 127: bank and row are bits of the address, so no adder stands between the address
+and the key. A 64-bit access is two words
 in banks b, b + 1.
 
-Global buffers are packed into the machine's 4 KB: `layout` gives each buffer argument an offset
+Global buffers are packed into the machine's 16 KB: `layout` gives each buffer argument an offset
 (outputs first, each at a multiple of 32 bytes); the launch places buffer k at GLOBAL_BASE +
-k * GLOBAL_STRIDE + offset (gpu_layers.interp.launch `buffer_offsets`), so its pointer's low 12
+k * GLOBAL_STRIDE + offset (gpu_layers.interp.launch `buffer_offsets`), so its pointer's low 14
 bits are its machine address and the kernel's own address arithmetic lands on the right words.
 Shared memory is addressed through the generic window (SHARED_WINDOW + offset): the memory
 instruction's immediate carries the window.
@@ -34,19 +35,19 @@ padding between them); `decode_dump` reads the output buffers back from these to
 
 Bounds (`access_ok`, the circuit's exact rule): a served lane whose access the machine refuses
 makes the model emit `<fault>` at that position, and the run ends. With B the base register, I
-the immediate, c the carry out of bit 11 of their low 12 bits and w the word (bits 2..11 of
-B + I): a global access needs B's bit 36 set, bits 37..63 and 12..31 clear, I >> 12 all zeros
-(c = 0) or all ones (c = 1), alignment, and lo_k <= w (+1 for 8 bytes) < hi_k for the buffer k =
-bits 32..35 of B (the prompt's table, `<mbk K> <mbl L> <mbh H>`); a shared access needs B < 4096,
-I >> 12 the window's (c = 0) or one less (c = 1), alignment, and w (+1) below the shared words
-(`<ss S>`). Every in-bounds access of the suite passes; what fails is out of bounds in the
-interpreter too, except a base register more than 4 KB away from the address it reaches
-(refused, never run wrongly).
+the immediate, n = 14 for a global access and 12 for a shared one, c the carry out of bit n - 1
+of their low n bits and w the word (bits 2..n-1 of B + I): a global access needs B's bit 36 set,
+bits 37..63 and 14..31 clear, I >> 14 all zeros (c = 0) or all ones (c = 1), alignment, and
+lo_k <= w (+1 for 8 bytes) < hi_k for the buffer k = bits 32..35 of B (the prompt's table,
+`<mbk K> <mbl L> <mbh H>`); a shared access needs B < 4096, I >> 12 the window's (c = 0) or one
+less (c = 1), alignment, and w (+1) below the shared words (`<ss S>`). Every in-bounds access of
+the suite passes; what fails is out of bounds in the interpreter too, except a base register more
+than 16 KB (shared: 4 KB) away from the address it reaches (refused, never run wrongly).
 
 Scope v0 (`MemoryMapError` names what is refused): scalar ld/st of 4 or 8 bytes, .global or
 .shared, into / from a register of the same width (or a 64-bit one for .u32/.b32/.f32:
 zero-extended, truncated); no local memory, generic addresses, vector
-accesses, sub-word accesses or atomics; up to 4 KB of buffers and 2 KB of shared memory. (The
+accesses, sub-word accesses or atomics; up to 16 KB of buffers and 2 KB of shared memory. (The
 machine core's lowering for one warp turns vectors, sub-word accesses and atomics into the scalar
 accesses served here: gpu_layers/machine/word_memory.py.)
 """
@@ -60,8 +61,10 @@ from gpu_layers.errors import QwenGPUError
 from gpu_layers.interp.memory import SHARED_WINDOW
 from gpu_layers.ptx.ir import Addr, Reg, Sym
 
-BANKS = {"global": 8, "shared": 4}
 ROWS = 128
+GLOBAL_BITS = 14                     # a global address's machine bits: 16 KB (32 banks)
+SHARED_BITS = 12                     # a shared address's: the window's low 12 bits (2 KB used)
+BANKS = {"global": 1 << (GLOBAL_BITS - 9), "shared": 4}
 CAPACITY = {sp: 4 * n * ROWS for sp, n in BANKS.items()}     # bytes per memory
 WORDS = CAPACITY["global"] // 4
 ALIGN = 32                           # a buffer starts at a row
@@ -174,29 +177,30 @@ def check_shared(shared_bytes: int):
                              f"{CAPACITY['shared']}")
 
 
-SHARED_HI = SHARED_WINDOW >> 12
-HI_ONES = (1 << 52) - 1
+SHARED_HI = SHARED_WINDOW >> SHARED_BITS
 
 
 def access_ok(op: MemOp, base: int, lay: Layout, shared_words: int) -> bool:
     """Whether the machine serves this access (the circuit's rule, module docstring): base is the
     base register's value (0 without one)."""
+    nb = GLOBAL_BITS if op.space == "global" else SHARED_BITS
+    mask = (1 << nb) - 1
     imm = op.imm
-    lo12 = (base & 4095) + (imm & 4095)
-    c, x = lo12 >> 12, lo12 & 4095
-    ih = imm >> 12
+    low = (base & mask) + (imm & mask)
+    c, x = low >> nb, low & mask
+    ih = imm >> nb
     w = x >> 2
     span = op.size // 4 - 1
     if x % op.size:
         return False
     if op.space == "global":
-        if base >> 36 != 1 or (base >> 12) & 0xFFFFF:
+        if base >> 36 != 1 or (base >> nb) & ((1 << (32 - nb)) - 1):
             return False
-        if (ih, c) not in ((0, 0), (HI_ONES, 1)):
+        if (ih, c) not in ((0, 0), ((1 << (64 - nb)) - 1, 1)):
             return False
         lo, hi = lay.table.get((base >> 32) & 15, (0, 0))
         return lo <= w and w + span < hi
-    if base >> 12 or (ih, c) not in ((SHARED_HI, 0), (SHARED_HI - 1, 1)):
+    if base >> nb or (ih, c) not in ((SHARED_HI, 0), (SHARED_HI - 1, 1)):
         return False
     return w + span < shared_words
 

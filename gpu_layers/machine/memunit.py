@@ -9,18 +9,20 @@ Stages (each a function here, wired by gpu_layers.machine.core.core_circuit):
   commits), the bounds registers (`<ss S>`, `<mbk K>`, `<mbl L>`; `<mbh H>` commits a buffer's
   word range), the dump's registers (`<nw N>`, `<xa A>`) and the dump's next address (A + 1, or 0
   at `<halt>`) with its end flag (A + 1 >= N);
-* `address_bits`: bits 0..11 of each lane's address (base + immediate) and the carry out of bit
-  11, in one MLP stage, a threshold adder on the operands as the read ports deliver them (bit i
-  of a sum is [v >= 2^i] - [v >= 2^(i+1)] + [v >= 3 2^i] of the partial sum v of bits 0..i):
-  the bank and the row without waiting for the ALU;
+* `address_bits`: bits 0..13 of each lane's address (base + immediate) and the carries out of bits
+  11 (shared) and 13 (global), a threshold adder on the operands as the read ports deliver them
+  (bit i of a sum is [v >= 2^i] - [v >= 2^(i+1)] + [v >= 3 2^i] of the partial sum v of bits
+  0..i) in two MLP stages (bits 0..5 and their carry, then the rest): the bank and the row without
+  waiting for the ALU;
 * `route`: which lane is served here (the first executed lane at the executing position, lane J
   at `<mt J>`), the next tick, and the one port every bank shares: the row (a served lane's, the
   prompt word's, the dumped word's), the data for even and odd banks (a 64-bit store's high word
-  goes to the odd bank), per-bank write and read selects;
-* `banks`: 8 heads of global memory (never reset) and 4 of shared memory (reset at `<blk>`),
+  goes to the odd bank), per-bank write and read enables;
+* `banks`: 32 heads of global memory (never reset) and 4 of shared memory (reset at `<blk>`),
   128 rows of 32 bits each, all addressed by the shared row;
 * `load_word`: the served lane's loaded word (low word from its bank, high word from the next
-  bank) and whether it is undefined (a shared word never written; global memory is initialised);
+  bank: the sums of the even and the odd banks' reads, only the read banks enabled) and whether it
+  is undefined (a shared word never written; global memory is initialised);
 * `bounds`: whether the served lane's access breaks memory_map.access_ok (`<fault>`);
 * `dump_chunks`: at `<xa>` / `<xc>` the next nonzero chunk of the dumped word, else the next
   address, else `<end>`.
@@ -41,9 +43,10 @@ from gpu_layers.machine.regfile import PCS
 
 LANES = 4
 PM_BITS = 4                  # ld, st, shared, size 8
-ABITS = 10                   # address bits 2..11 (bank 3 + row 7)
-WBITS = 10                   # machine word addresses (1024 words)
-NBITS = 11                   # N <= 1024
+ABITS = MM.GLOBAL_BITS - 2    # address bits 2..13 (global: bank 5 + row 7)
+WBITS = ABITS                # machine word addresses (4096 words)
+NBITS = WBITS + 1            # N <= 4096
+GBANK = MM.BANKS["global"].bit_length() - 1     # global bank bits (5)
 KINDS = ("pm", "mt", "nw", "ma", "mc0", "mc1", "mc2", "xa", "xc", "end", "ss", "mbk", "mbl", "mbh", "fault")
 SBITS = 10                   # shared words <= 512
 BIG = 10.0
@@ -98,44 +101,87 @@ def prompt_side(c, hot, waddr, raddr, pcs: int = PCS):
     m = MLPBuilder(c, "dump_next")
     x = [n.xcur.bit(i) for i in range(WBITS)]
     halt = hot["halt"]
+    big = float(WBITS + 2)                      # outweighs i - low (up to WBITS - 1)
     for i in range(WBITS):
         low = lsum(x[:i])
-        m.boolean(n.nxa, i, [(BIG * (x[i] - 1.0) + (i - low) - 0.5 - BIG * halt, 0.5, 1.0),
-                             (-BIG * x[i] + low - i + 0.5 - BIG * halt, 0.5, 1.0)])
+        m.boolean(n.nxa, i, [(big * (x[i] - 1.0) + (i - low) - 0.5 - big * halt, 0.5, 1.0),
+                             (-big * x[i] + low - i + 0.5 - big * halt, 0.5, 1.0)])
     xv = lsum((1 << i) * x[i] for i in range(WBITS))
     nv = lsum((1 << i) * nwords.bit(i) for i in range(NBITS))
-    m.boolean(n.end, 0, [(xv + 1.0 - nv + 0.5 - 4096.0 * halt, 0.5, 1.0),
-                         (-nv + 0.5 - 4096.0 * (1.0 - halt), 0.5, 1.0)])
+    m.boolean(n.end, 0, [(xv + 1.0 - nv + 0.5 - float(2 << WBITS) * halt, 0.5, 1.0),
+                         (-nv + 0.5 - float(2 << WBITS) * (1.0 - halt), 0.5, 1.0)])
     m.build()
     return n
 
 
+LOW = 6                      # the address adder's first stage: bits 0..5 and the carry into bit 6
+
+
+class _Bits:
+    """Dual fields read as one (low bits first): .bit(i) / .n, as the address's consumers read it."""
+
+    def __init__(self, parts):
+        self.parts, self.n = parts, sum(f.n for f in parts)
+
+    def bit(self, i: int):
+        for f in self.parts:
+            if i < f.n:
+                return f.bit(i)
+            i -= f.n
+        raise IndexError(i)
+
+
 def address_bits(c, base, imm):
-    """Per lane: a dual field of address bits 2..11 of base + imm (base: the lane's register read,
+    """Per lane: a dual field of address bits 2..13 of base + imm (base: the lane's register read,
     gated to exact 0 when the address has no register; imm: the instruction's immediate), a dual
-    field of (bit 0, bit 1, the carry out of bit 11) and a bits field of base bits 32..35 (the
-    buffer number)."""
-    out, aux, kb = [], [], []
+    field of (bit 0, bit 1, the carry out of bit 11: a shared access's, the carry out of bit 13: a
+    global access's) and a bits field of base bits 32..35 (the buffer number).
+
+    Two MLP stages, so no threshold sees a large sum: bits 0..5 and the carry into bit 6 from the
+    low bits' partial sums (at most 126), then bits 6.. from the high bits' partial sums plus that
+    carry (at most 511). One stage over all 14 bits would see sums up to 32,766, and a step's output
+    error grows with its input (physics.STEP_G: the true side computes (s + K) - s at s = 400 t):
+    the address's word index, a sum of 2^i times its bits, then carried it past the bounds
+    check's half-word margin."""
+    out, aux, kb, cy = [], [], [], []
     m = MLPBuilder(c, "mem_address")
     for j in range(LANES):
-        ad = c.new_field(dual(f"ad{j}", ABITS))
-        al = c.new_field(dual(f"al{j}", 3))
+        ad = c.new_field(dual(f"ad{j}", LOW - 2))
+        al = c.new_field(dual(f"al{j}", 2))
         buf = c.new_field(bits(f"kb{j}", 4))
+        cj = c.new_field(dual(f"acy{j}", 1))
 
         def partial(i):                         # the low i + 1 bits of base + imm, as a number
             return lsum((1 << t) * (base[j].bit(t) + imm.bit(t)) for t in range(i + 1))
 
-        for i in range(12):
+        for i in range(LOW):
             v, p = partial(i), 1 << i
             f, at = (ad, i - 2) if i >= 2 else (al, i)
             m.boolean(f, at, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
                               (v - (3 * p - 0.5), 0.5, 1.0)])
-        m.threshold(al, 2, partial(11) - (4096 - 0.5), 0.5)
+        m.threshold(cj, 0, partial(LOW - 1) - ((1 << LOW) - 0.5), 0.5)
         for i in range(4):
             m.threshold(buf, i, base[j].bit(32 + i) - 0.5, 0.5)
         out.append(ad)
         aux.append(al)
         kb.append(buf)
+        cy.append(cj)
+    m.build()
+    m = MLPBuilder(c, "mem_address_hi")
+    for j in range(LANES):
+        ad = c.new_field(dual(f"adh{j}", MM.GLOBAL_BITS - LOW))
+        al = c.new_field(dual(f"alh{j}", 2))
+        out[j], aux[j] = _Bits([out[j], ad]), _Bits([aux[j], al])
+
+        def high(i):                            # bits LOW..i of base + imm and the carry, as a number
+            return cy[j].bit(0) + lsum((1 << (t - LOW)) * (base[j].bit(t) + imm.bit(t)) for t in range(LOW, i + 1))
+
+        for i in range(LOW, MM.GLOBAL_BITS):
+            v, p = high(i), 1 << (i - LOW)
+            m.boolean(ad, i - LOW, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
+                                    (v - (3 * p - 0.5), 0.5, 1.0)])
+        for k, nb in enumerate((MM.SHARED_BITS, MM.GLOBAL_BITS)):
+            m.threshold(al, k, high(nb - 1) - ((1 << (nb - LOW)) - 0.5), 0.5)
     m.build()
     return out, aux, kb
 
@@ -153,8 +199,8 @@ def route(c, n, hot, ex, ad, val, has_next):
     o.dlo = c.new_field(dual("dlo", 32))
     o.dodd = c.new_field(dual("dodd", 32))
     o.wuse = {sp: c.new_field(dual(f"wuse_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
-    o.rlo = {sp: c.new_field(dual(f"rlo_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
-    o.rhi = {sp: c.new_field(dual(f"rhi_{sp[0]}", MM.BANKS[sp] // 2)) for sp in MM.SPACES}
+    o.ren = {sp: c.new_field(dual(f"ren_{sp[0]}", MM.BANKS[sp])) for sp in MM.SPACES}
+    o.wide = c.new_field(dual("wide", 1))
     o.lwe = c.new_field(dual("lwe", LANES))
     o.srv = c.new_field(dual("srv", LANES))
     o.nt = c.new_field(dual("nt", LANES))
@@ -168,10 +214,11 @@ def route(c, n, hot, ex, ad, val, has_next):
     ab = [[ad[j].bit(i) for i in range(ABITS)] for j in range(LANES)]
     maddr = [n.maddr.bit(i) for i in range(WBITS)]
     xcur = [n.xcur.bit(i) for i in range(WBITS)]
-    for i in range(7):                             # global rows: address bits 5..11, shared: 4..10
-        m.boolean(o.srow, i, [(served(j, 1.0 - n.sh, ab[j][3 + i]), 0.5, 1.0) for j in range(LANES)]
+    for i in range(7):                             # global rows: address bits 7..13, shared: 4..10
+        m.boolean(o.srow, i, [(served(j, 1.0 - n.sh, ab[j][GBANK + i]), 0.5, 1.0) for j in range(LANES)]
                   + [(served(j, n.sh, ab[j][2 + i]), 0.5, 1.0) for j in range(LANES)]
-                  + [(commit + maddr[3 + i] - 1.5, 0.5, 1.0), (n.dumping + xcur[3 + i] - 1.5, 0.5, 1.0)])
+                  + [(commit + maddr[GBANK + i] - 1.5, 0.5, 1.0),
+                     (n.dumping + xcur[GBANK + i] - 1.5, 0.5, 1.0)])
     chunk_bits = [(k, b) for k in range(3) for b in range(MM.CHUNK_BITS[k])]
     for i in range(32):
         k, b = chunk_bits[i]
@@ -187,16 +234,17 @@ def route(c, n, hot, ex, ad, val, has_next):
         for b in range(MM.BANKS[sp]):
             w = [(served(j, n.st, space[sp], *_bitlist(ab[j], b, nb)), 0.5, 1.0) for j in range(LANES)]
             r = [(served(j, n.ld, space[sp], *_bitlist(ab[j], b, nb)), 0.5, 1.0) for j in range(LANES)]
-            if b % 2:
+            if b % 2:                              # a 64-bit access's high word
                 w += [(served(j, n.st, n.is8, space[sp], *_bitlist(ab[j], b - 1, nb)), 0.5, 1.0)
                       for j in range(LANES)]
-                m.boolean(o.rhi[sp], b // 2, [(served(j, n.ld, n.is8, space[sp], *_bitlist(ab[j], b - 1, nb)),
-                                               0.5, 1.0) for j in range(LANES)])
+                r += [(served(j, n.ld, n.is8, space[sp], *_bitlist(ab[j], b - 1, nb)), 0.5, 1.0)
+                      for j in range(LANES)]
             if sp == "global":
-                w.append((commit + _lits(maddr, b, 3) - 3.5, 0.5, 1.0))
-                r.append((n.dumping + _lits(xcur, b, 3) - 3.5, 0.5, 1.0))
+                w.append((commit + _lits(maddr, b, nb) - (nb + 0.5), 0.5, 1.0))
+                r.append((n.dumping + _lits(xcur, b, nb) - (nb + 0.5), 0.5, 1.0))
             m.boolean(o.wuse[sp], b, w)
-            m.boolean(o.rlo[sp], b, r)
+            m.boolean(o.ren[sp], b, r)
+    m.boolean(o.wide, 0, [(served(j, n.ld, n.is8), 0.5, 1.0) for j in range(LANES)])
     hn = has_next.bit(0)
     for j in range(LANES):
         m.threshold(o.srv, j, T[j], 0.5)
@@ -211,40 +259,39 @@ def route(c, n, hot, ex, ad, val, has_next):
 
 
 def banks(c, o, hot):
-    """The 12 heads: {space: [rail3 read of bank b]}."""
+    """The 36 heads: {space: [rail3 read of bank b]}; a bank's read is enabled only where the
+    access reads it (route's `ren`), so the others read as exact zeros."""
     out = {}
     for sp in MM.SPACES:
         reads = []
         for b in range(MM.BANKS[sp]):
             data = o.dlo if b % 2 == 0 else o.dodd
             reads.append(B.memory(c, f"{sp[0]}mem{b}", MM.ROWS, 32, o.srow, o.srow, data,
-                                  we=o.wuse[sp].bit(b),
+                                  we=o.wuse[sp].bit(b), re=o.ren[sp].bit(b),
                                   reset=hot["blk"] if sp == "shared" else None).outputs[0])
         out[sp] = reads
     return out
 
 
 def load_word(c, o, reads):
-    """The served lane's loaded word (dual, 64 bits) and its undefined flag (dual, 1)."""
+    """The served lane's loaded word (dual, 64 bits) and its undefined flag (dual, 1). Only the
+    banks read here are enabled (a disabled read is an exact zero), at most one even and one odd
+    bank: the low word is the even bank's read, or the odd one's unless the load is 64-bit (`wide`),
+    the high word the odd one's when it is. Undefined: a shared load none of whose words was ever
+    written (every enabled shared bank reads absent)."""
     ldw = c.new_field(dual("ldw", 64))
     ldu = c.new_field(dual("ldu", 1))
     m = MLPBuilder(c, "mem_load")
+    wide = o.wide.bit(0)
     for i in range(32):
-        m.boolean(ldw, i, [(o.rlo[sp].bit(b) + reads[sp][b].bit(i) - 1.5, 0.5, 1.0)
-                           for sp in MM.SPACES for b in range(MM.BANKS[sp])])
-        m.boolean(ldw, 32 + i, [(o.rhi[sp].bit(b // 2) + reads[sp][b].bit(i) - 1.5, 0.5, 1.0)
-                                for sp in MM.SPACES for b in range(1, MM.BANKS[sp], 2)])
+        ev = lsum(reads[sp][b].bit(i) for sp in MM.SPACES for b in range(0, MM.BANKS[sp], 2))
+        od = lsum(reads[sp][b].bit(i) for sp in MM.SPACES for b in range(1, MM.BANKS[sp], 2))
+        m.boolean(ldw, i, [(ev - 0.5, 0.5, 1.0), (od - wide - 0.5, 0.5, 1.0)])
+        m.threshold(ldw, 32 + i, od + wide - 1.5, 0.5)
     sr = reads["shared"]
-    lo, hi = o.rlo["shared"], o.rhi["shared"]
-    terms = []
-    for b in range(MM.BANKS["shared"]):
-        terms.append((lo.bit(b) - 0.5, 0.5, 1.0))
-        terms.append((lo.bit(b) + sr[b].present(0) - 1.5, 0.5, -1.0))
-        if b % 2:
-            terms.append((hi.bit(b // 2) + sr[b].present(0) - 1.5, 0.5, -1.0))
-        else:
-            terms.append((lo.bit(b) + hi.bit(b // 2) + sr[b].present(0) + sr[b + 1].present(0) - 3.5, 0.5, 1.0))
-    m.boolean(ldu, 0, terms)
+    enabled = lsum(o.ren["shared"].bit(b) for b in range(MM.BANKS["shared"]))
+    present = lsum(sr[b].present(0) for b in range(MM.BANKS["shared"]))
+    m.threshold(ldu, 0, enabled - 2.0 * present - 0.5, 0.5)
     m.build()
     return ldw, ldu
 
@@ -283,24 +330,27 @@ def bounds(c, n, hot, o, ad, al, kb, base, imm):
     table = [B.memory(c, f"btab{j}", 16, WBITS + NBITS, n.mbk, kb[j], [[n.mbl, n.mbh_in]],
                       we=hot["mbh"]).outputs[0] for j in range(LANES)]
     m = MLPBuilder(c, "mem_bounds")
-    G = 2048.0
-    wh = MM.SHARED_WINDOW >> 12
+    G = 1.25 * (1 << WBITS)                 # outweighs every condition's form (at most 2^WBITS + 0.5)
+    gb, sb = MM.GLOBAL_BITS, MM.SHARED_BITS
+    wh = MM.SHARED_WINDOW >> sb
     terms = []
     for j in range(LANES):
         B_ = [base[j].bit(i) for i in range(64)]
-        I_hi = [imm.bit(i) for i in range(12, 64)]
-        car = al[j].bit(2)
+        I_hi = [imm.bit(i) for i in range(gb, 64)]
+        I_sh = [imm.bit(i) for i in range(sb, 64)]
+        car, scar = al[j].bit(3), al[j].bit(2)
         w = lsum((1 << i) * ad[j].bit(i) for i in range(ABITS))
+        ws = lsum((1 << i) * ad[j].bit(i) for i in range(sb - 2))
         lo = lsum((1 << i) * table[j].bit(i) for i in range(WBITS))
         hi = lsum((1 << i) * table[j].bit(WBITS + i) for i in range(NBITS))
         sw = lsum((1 << i) * n.sw.bit(i) for i in range(SBITS))
         mis = [al[j].bit(0) + al[j].bit(1) - 0.5, ad[j].bit(0) + n.is8 - 1.5]
-        glob = [0.5 - B_[36], lsum(B_[37:]) - 0.5, lsum(B_[12:32]) - 0.5,
-                lsum(I_hi) - 0.5 - 100.0 * car, 51.5 - lsum(I_hi) - 100.0 * (1.0 - car),
+        glob = [0.5 - B_[36], lsum(B_[37:]) - 0.5, lsum(B_[gb:32]) - 0.5,
+                lsum(I_hi) - 0.5 - 100.0 * car, len(I_hi) - 0.5 - lsum(I_hi) - 100.0 * (1.0 - car),
                 lo - w - 0.5, w + n.is8 - hi + 0.5] + mis
-        differs = {x: 52.0 - _lits(I_hi, x, 52) for x in (wh, wh - 1)}     # I >> 12 is not x
-        shr = [lsum(B_[12:]) - 0.5, differs[wh] - 0.5 - 100.0 * car,
-               differs[wh - 1] - 0.5 - 100.0 * (1.0 - car), w + n.is8 - sw + 0.5] + mis
+        differs = {x: len(I_sh) - _lits(I_sh, x, len(I_sh)) for x in (wh, wh - 1)}   # I >> 12 is not x
+        shr = [lsum(B_[sb:]) - 0.5, differs[wh] - 0.5 - 100.0 * scar,
+               differs[wh - 1] - 0.5 - 100.0 * (1.0 - scar), ws + n.is8 - sw + 0.5] + mis
         for v in glob:
             terms.append(G * (o.srv.bit(j) - n.sh - 1.0) + v)
         for v in shr:
