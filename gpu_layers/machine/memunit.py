@@ -140,9 +140,9 @@ def address_bits(c, base, imm):
     Two MLP stages, so no threshold sees a large sum: bits 0..5 and the carry into bit 6 from the
     low bits' partial sums (at most 126), then bits 6.. from the high bits' partial sums plus that
     carry (at most 511). One stage over all 14 bits would see sums up to 32,766, and a step's output
-    error grows with its input (physics.STEP_G: the true side computes (s + K) - s at s = 400 t):
-    the address's word index, a sum of 2^i times its bits, then carried it past the bounds
-    check's half-word margin."""
+    error grows with its input (physics.STEP_G: the true side computes (s + K) - s at s = 400 t),
+    and the bounds check's word index, a sum of 2^i times these bits, adds the errors up against a
+    margin of 0.5 (docs/machine.md section 32)."""
     out, aux, kb, cy = [], [], [], []
     m = MLPBuilder(c, "mem_address")
     for j in range(LANES):
