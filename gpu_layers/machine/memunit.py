@@ -131,6 +131,12 @@ class _Bits:
         raise IndexError(i)
 
 
+def _sum_bit(m, f, at: int, v, p: int):
+    """Entry `at` of f := the bit of weight p of a sum v of bits of weight <= p (v < 4p): [v >= p]
+    - [v >= 2p] + [v >= 3p]."""
+    m.boolean(f, at, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0), (v - (3 * p - 0.5), 0.5, 1.0)])
+
+
 def address_bits(c, base, imm):
     """Per lane: a dual field of address bits 2..13 of base + imm (base: the lane's register read,
     gated to exact 0 when the address has no register; imm: the instruction's immediate), a dual
@@ -155,10 +161,8 @@ def address_bits(c, base, imm):
             return lsum((1 << t) * (base[j].bit(t) + imm.bit(t)) for t in range(i + 1))
 
         for i in range(LOW):
-            v, p = partial(i), 1 << i
             f, at = (ad, i - 2) if i >= 2 else (al, i)
-            m.boolean(f, at, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
-                              (v - (3 * p - 0.5), 0.5, 1.0)])
+            _sum_bit(m, f, at, partial(i), 1 << i)
         m.threshold(cj, 0, partial(LOW - 1) - ((1 << LOW) - 0.5), 0.5)
         for i in range(4):
             m.threshold(buf, i, base[j].bit(32 + i) - 0.5, 0.5)
@@ -177,9 +181,7 @@ def address_bits(c, base, imm):
             return cy[j].bit(0) + lsum((1 << (t - LOW)) * (base[j].bit(t) + imm.bit(t)) for t in range(LOW, i + 1))
 
         for i in range(LOW, MM.GLOBAL_BITS):
-            v, p = high(i), 1 << (i - LOW)
-            m.boolean(ad, i - LOW, [(v - (p - 0.5), 0.5, 1.0), (v - (2 * p - 0.5), 0.5, -1.0),
-                                    (v - (3 * p - 0.5), 0.5, 1.0)])
+            _sum_bit(m, ad, i - LOW, high(i), 1 << (i - LOW))
         for k, nb in enumerate((MM.SHARED_BITS, MM.GLOBAL_BITS)):
             m.threshold(al, k, high(nb - 1) - ((1 << (nb - LOW)) - 0.5), 0.5)
     m.build()
