@@ -41,7 +41,7 @@ def test_grouped_value_heads_share_keys():
     _assert_exact(res)
 
 
-def _banked_circuit(slots, wbits, config):
+def _banked_circuit(slots, wbits, config, parts=None):
     from gpu_layers.craft import blocks as B
     from gpu_layers.craft.assemble import compile_circuit
     from gpu_layers.craft.circuit import Circuit
@@ -51,16 +51,19 @@ def _banked_circuit(slots, wbits, config):
     c = Circuit("banked")
     f = {n: c.input(bits(n, k)) for n, k in (("wlo", nlo), ("whi", nhi), ("rlo", nlo), ("rhi", nhi), ("d", wbits))}
     we = c.input(dual("we", 1))
-    blk = B.banked_memory(c, "m", slots, wbits, (f["wlo"], f["whi"]), (f["rlo"], f["rhi"]), f["d"], we=we.bit(0))
+    blk = B.banked_memory(c, "m", slots, wbits, (f["wlo"], f["whi"]), (f["rlo"], f["rhi"]), f["d"], we=we.bit(0),
+                          parts=parts)
     return compile_circuit(c, config), blk, 1 << nlo
 
 
-def test_banked_memory_more_slots_than_a_key_head():
+@pytest.mark.parametrize("parts", [None, [("lo", 5), ("mid", 3), ("hi", 8)]])
+def test_banked_memory_more_slots_than_a_key_head(parts):
     """64 slots on 32-slot key heads: 2 banks (ports) in one mixer, the read selected by the bank
-    bits in the MLP. Random writes/reads over 64 slots, compared with a plain dict on both paths."""
+    bits in the MLP. Random writes/reads over 64 slots, compared with a plain dict on both paths;
+    with `parts`, the word comes out as three fields (low bits first)."""
     import numpy as np
     from gpu_layers.craft.testing import compare_outputs, encode_rows, run_paths
-    comp, blk, bank = _banked_circuit(64, 16, TINY)
+    comp, blk, bank = _banked_circuit(64, 16, TINY, parts)
     assert bank == 32 and comp.num_layers == 1
     assert sum(len(pl.mixer) for pl in comp.plans) == 2
     rng = np.random.default_rng(7)
@@ -69,7 +72,7 @@ def test_banked_memory_more_slots_than_a_key_head():
     exp = np.zeros((Bn, T), dtype=np.int64)
     for b in range(Bn):
         mem, model = {}, blk.ref.__class__(blk.ref.bank_slots, blk.ref.banks, blk.ref.waddr, blk.ref.raddr,
-                                            blk.ref.data, blk.ref.outs)
+                                            blk.ref.data, blk.ref.outs, blk.ref.parts)
         hot = rng.integers(0, 64, 4)
         for t in range(T):
             wa = int(rng.choice(hot)) if rng.random() < 0.5 else int(rng.integers(64))
@@ -79,13 +82,16 @@ def test_banked_memory_more_slots_than_a_key_head():
             if v["we"]:
                 mem[wa] = v["d"]
             exp[b, t] = mem.get(ra, 0)
-            assert model.step({**v, "_we": v["we"]})["m"] == exp[b, t]
+            got = model.step({**v, "_we": v["we"]})
+            assert (got["m"] if parts is None else got["lo"] | got["mid"] << 5 | got["hi"] << 8) == exp[b, t]
             for n in vals:
                 vals[n][b, t] = v[n]
     X = encode_rows(comp, {n: a.reshape(-1) for n, a in vals.items()}).reshape(Bn, T, -1)
+    e = exp.reshape(-1)
+    want = {"m": e} if parts is None else {"lo": e & 31, "mid": (e >> 5) & 7, "hi": e >> 8}
     for path, h in run_paths(comp, X).items():
-        wrong, margin = compare_outputs(comp, h, {"m": exp.reshape(-1)})["m"]
-        assert wrong == 0 and margin == 0, (path, wrong, margin)
+        for name, (wrong, margin) in compare_outputs(comp, h, want).items():
+            assert wrong == 0 and margin == 0, (path, name, wrong, margin)
 
 
 def test_write_only_port_is_read_from_the_cache_state():

@@ -15,6 +15,7 @@ import torch
 from gpu_layers.cases import load_cases
 from gpu_layers.craft.assemble import Shapes, schedule
 from gpu_layers.craft.testing import TINY
+from gpu_layers.errors import QwenGPUError
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import launch, launch_args, module_for
 from gpu_layers.machine import lower
@@ -619,3 +620,54 @@ def test_core_reads_the_top_of_its_16_kb_of_global_memory_and_faults_past_it(cor
     prompt, want, _, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32), inp, 4086], [0])
     got, bad = run_core(fm, ids, prompt, want)
     assert bad is None and got == want and got[-2:] == ["<mt 2>", "<fault>"]
+
+
+def _long_program(filler: int) -> str:
+    """A kernel whose lanes branch over `filler` adds (lanes >= 100 would run them) to a store
+    and a mask of %tid.x: the executed code sits past PC `filler`."""
+    body = "\n".join("  add.u32 %r2, %r2, %r1;" for _ in range(filler))
+    return f""".version 7.0
+.target sm_75
+.address_size 64
+.visible .entry long(.param .u64 o)
+{{
+  .reg .b64 %rd<5>;
+  .reg .b32 %r<5>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [o];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, 5;
+  setp.lt.u32 %p1, %r1, 100;
+  @%p1 bra SKIP;
+{body}
+SKIP:
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  xor.b32 %r3, %r1, 1234567;
+  st.global.u32 [%rd4], %r3;
+  ret;
+}}
+"""
+
+
+def test_core_runs_a_program_to_its_last_program_bank_and_refuses_a_longer_one(core):
+    """1,850 machine instructions (past the 1,024 PCs the core had; the store at the end sits in
+    the fifteenth and last bank of every program memory, PCs 1,792..1,919): the model runs it and
+    the outputs equal the interpreter's. A program past 1,920 PCs is refused by name."""
+    from gpu_layers.machine.core import PCS
+    fm, ids = core
+    k = module_for(_long_program(1850)).kernel("long")
+    mk, _, _ = machine_kernel(k, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32)])
+    assert PCS == 1920 and 1792 < len(mk.instructions) <= PCS
+    prompt, want, lay, _ = launch_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32)], [0])
+    assert max(int(t.split()[2]) for t in want if t.startswith("<wi ")) >= 1792
+    got, bad = run_core(fm, ids, prompt, want)
+    assert bad is None and got == want
+    ref = launch(k, 1, 4, [np.zeros(4, np.uint32)])
+    assert MM.decode_dump(got, lay, {0: np.zeros(4, np.uint32)})[0].tobytes() == ref.buffers[0].tobytes()
+    assert ref.buffers[0].tolist() == [j ^ 1234567 for j in range(4)]
+    k = module_for(_long_program(1950)).kernel("long")
+    mk, _, _ = machine_kernel(k, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32)])
+    with pytest.raises(QwenGPUError, match=r"machine instructions: the register file holds PCs < 1920"):
+        prompt_tokens(mk, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.uint32)], [0])

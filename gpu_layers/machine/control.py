@@ -33,7 +33,7 @@ its own next value):
 
 Scope (refused by name otherwise, `ControlError`): blocks of up to `threads` threads (4 .. 32:
 one warp; 64 .. 256: several warps, the round robin's `<w W H G>` before each `<wi W P H>`), machine
-PCs < 512 or 1024, up to 1024 blocks, barriers of the whole block and (several warps) the
+PCs < 512 (the unit alone; a multiple of 128 up to 1,920 as `pcs`), up to 1024 blocks, barriers of the whole block and (several warps) the
 machine's warp barrier; no PTX warp-synchronous instructions (shfl/vote/match/bar.warp.sync wait
 for their membermask: the lowering turns shfl and vote into staging-array sequences).
 
@@ -77,6 +77,7 @@ from gpu_layers.machine.protocol import lane_masks
 LANES = 4
 PCBITS = 10              # PCs < 512 in the program; P + 1 <= 512 needs 10 bits
 MAX_PC = 512
+MAX_PCS = 15 << 7        # programs of up to 1,920 PCs: 15 banks of 128, the memories one layer holds
 BANK_BITS = 7            # 128 control words per program bank (Qwen3.5-2B's key head)
 BBITS = 10               # blocks <= 1024 (B + 1 <= 1024 needs 11 bits: see nb1)
 MAX_BLOCKS = 1024
@@ -239,15 +240,22 @@ def control_circuit(threads: int = 16) -> Circuit:
     return c
 
 
-def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MAX_PC) -> SimpleNamespace:
+def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MAX_PC,
+                   program=None) -> SimpleNamespace:
     """The control unit's layers in circuit `c` (`kinds`: the token kinds of the circuit's one
     `kind` input, a superset of KINDS); returns its fields (inputs, registers, the next step) for
     the vocabulary and for a datapath built on top (gpu_layers.machine.core). pcs: the program's
-    capacity in machine instructions (512 or 1024: banks of 128 control words)."""
-    if pcs not in (512, 1024):
-        raise ControlError(f"a program of {pcs} PCs: the control unit holds 512 or 1024")
+    capacity in machine instructions (a multiple of 128 from 512 to 1,920: banks of 128 control
+    words, 15 at most: the memories one layer holds).
+    program(addr, (pa_lo, pa_hi), hot, [cw, tgt, hold]): the control word of the instruction
+    <wi> names (a bits field read in layer 1) from the caller's program memory (addr: the <pa>
+    address registers; the <pa> / <wi> address inputs; the token kinds), else the unit's own,
+    written at <pc> and read at <wi>'s P."""
+    if pcs % (1 << BANK_BITS) or not 512 <= pcs <= MAX_PCS:
+        raise ControlError(f"a program of {pcs} PCs: the control unit holds a multiple of 128 from 512 to {MAX_PCS}")
     pcb = pcs.bit_length()               # bits of P + 1 <= pcs
-    hib = pcb - 1 - BANK_BITS            # bits of a bank index P // 128
+    hib = ((pcs - 1) >> BANK_BITS).bit_length()     # bits of a bank index P // 128
+    pab = BANK_BITS + hib                # bits of P < pcs
     if threads not in (4, 8, 16, 32, 64, 128, 256):
         raise ControlError("threads must be 4, 8, 16, 32, 64, 128 or 256")
     L = min(threads, 32)                  # lanes of a warp (one PC head each)
@@ -273,7 +281,13 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     gk1 = c.input(bits("gk1", 4), default=0)                  # <g K ..>: K + 1
     gwe = c.input(bits("gwe", L), default=0)                  # <g K L>: lanes issued (at 4K + j)
     gex = c.input(bits("gex", LANES), default=0)              # <g K L>: lanes executed
-    BIG = 8.0 * pcs                       # beyond every PC key (PC + 2 pcs below the cursor)
+    # Each gate outweighs just the linear form it gates (a false gate leaves it <= -0.5): a gate
+    # multiplies its flags' analog error too (memory reads and a step's true output are 1 only
+    # to about 1e-5 .. 1e-4), so an oversized one eats the margin (8 pcs at 1,920 PCs did).
+    BIGL = 1024.0                         # lane and thread counts (< 512)
+    BIGC = 2.0 * pcs                      # PC minus cursor (|.| <= pcs)
+    BIGP = 4.0 * pcs                      # key differences (keys PC + 2 pcs below the cursor: < 3 pcs)
+    BIGW = 256.0                          # warp keys (< 72)
 
     # L0: prompt registers, block, phase and group registers (inputs from the embedding only)
     addr_lo = B.memory(c, "addr_lo", 1, BANK_BITS, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
@@ -305,14 +319,17 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m0.build()
 
     # L1: the program (control words), written at <pc> at the last <pa>, read at <wi>'s P
-    prog = B.banked_memory(c, "prog", pcs, 5 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt, hold],
-                           we=hot["pc"]).outputs[0]
+    if program is None:
+        prog = B.banked_memory(c, "prog", pcs, 5 + pcb, (addr_lo, addr_hi), (pa_lo, pa_hi), [cw, tgt, hold],
+                               we=hot["pc"]).outputs[0]
+    else:
+        prog = program((addr_lo, addr_hi), (pa_lo, pa_hi), hot, [cw, tgt, hold])
 
     # L2: the issue register: P + 1, P, the control word (bra, exit, bar, wbar, target, hold), W + 1, W
-    issue = B.memory(c, "issue", 1, 2 * pcb + 5 + pcb - 1 + 2 * WB + 1, 0, 0,
+    issue = B.memory(c, "issue", 1, pcb + pab + 5 + pcb + 2 * WB + 1, 0, 0,
                      [[p1, pa_lo, pa_hi, prog, ww1, ww]], we=hot["wi"], reset=hot["blk"]).outputs[0]
-    pcur = [issue.bit(pcb + i) for i in range(pcb - 1)]                     # P (9 bits)
-    base = 2 * pcb - 1
+    pcur = [issue.bit(pcb + i) for i in range(pab)]                         # P
+    base = pcb + pab
     is_bra, is_exit, is_bar, is_wbar = (issue.bit(base + i) for i in range(4))
     target = [issue.bit(base + 4 + i) for i in range(pcb)]
     is_hold = issue.bit(base + 4 + pcb)
@@ -335,8 +352,8 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     for i in range(WB):
         m2.boolean(sel, i, [(isw + ww.bit(i) - 1.5, 0.5, 1.0), (wiss[i] - isw - 0.5, 0.5, 1.0)])
     for lane in range(L):
-        m2.boolean(lexists, lane, [(tval - 32.0 * ww_v - lane - 0.5 + BIG * (isw - 1.0), 0.5, 1.0),
-                                   (tval - 32.0 * wiss_v - lane - 0.5 - BIG * isw, 0.5, 1.0)])
+        m2.boolean(lexists, lane, [(tval - 32.0 * ww_v - lane - 0.5 + BIGL * (isw - 1.0), 0.5, 1.0),
+                                   (tval - 32.0 * wiss_v - lane - 0.5 - BIGL * isw, 0.5, 1.0)])
     for j in range(LANES):
         ex = gex.bit(j)
         for i in range(pcb):
@@ -358,7 +375,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         return lsum((1 << i) * pcf[t].bit(i) for i in range(pcb))
 
     curv = lsum((1 << i) * cursor.bit(i) for i in range(pcb))
-    pv = lsum((1 << i) * pcur[i] for i in range(pcb - 1))
+    pv = lsum((1 << i) * pcur[i] for i in range(pab))
 
     def alive_form(t):
         """0 when lane t of the warp read here exists and has not exited, else <= -1."""
@@ -369,14 +386,14 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         the warp barrier in the warp's generation] as exclusive steps."""
         alive = alive_form(t)
         w, g, s = pcf[t].bit(WWAIT), pcf[t].bit(WGEN), pcf[t].bit(WSYNC)
-        return [(lin + BIG * (alive - w - s), 0.5, 1.0),
-                (lin + BIG * (alive + w + g - ph_lin - 2.0), 0.5, 1.0),
-                (lin + BIG * (alive + w - g + ph_lin - 2.0), 0.5, 1.0),
-                (lin + BIG * (alive + s + g - gen - 2.0), 0.5, 1.0),
-                (lin + BIG * (alive + s - g + gen - 2.0), 0.5, 1.0)]
+        return [(lin + BIGC * (alive - w - s), 0.5, 1.0),
+                (lin + BIGC * (alive + w + g - ph_lin - 2.0), 0.5, 1.0),
+                (lin + BIGC * (alive + w - g + ph_lin - 2.0), 0.5, 1.0),
+                (lin + BIGC * (alive + s + g - gen - 2.0), 0.5, 1.0),
+                (lin + BIGC * (alive + s - g + gen - 2.0), 0.5, 1.0)]
 
     def alive_terms(t, lin):
-        return [(lin + BIG * alive_form(t), 0.5, 1.0)]
+        return [(lin + BIGC * alive_form(t), 0.5, 1.0)]
 
     # L3 MLP: per lane, below / at or after the cursor and at or after P, among the lanes free to
     # run and among all alive ones; free in phase 0 / in phase 1 (the warp's summary)
@@ -402,8 +419,8 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
 
     # L3b MLP: below / after re-digitized. Their steps see pre-activations up to G * 2 pcs / m, at
     # which fp32 rounds a step's output by up to ~1e-4 (measured 6e-5 at a PC distance of 137),
-    # and the pickers weigh them by up to 8 pcs: 0.5 of error, a whole margin (min_index at 1024
-    # PCs). A step on t = flag - 0.5 rounds by ~1e-7.
+    # and the pickers weigh them by up to 4 pcs (8 pcs then: 0.5 of error, a whole margin,
+    # min_index at 1024 PCs). A step on t = flag - 0.5 rounds by ~1e-7.
     m3b = MLPBuilder(c, "cursor_digital")
     for mode in ("run", "all"):
         for nm in ("below", "after"):
@@ -428,12 +445,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         beats[mode] = c.new_field(bits(f"beats_{mode}", L * (L - 1)))
         below = fields[mode, "below"]
         pairs = _beats_steps(m4, beats[mode], L, lambda t, b=below: pcval(t) + 2.0 * pcs * b.bit(t),
-                             lambda t, mode=mode: runs(mode, t), BIG)
+                             lambda t, mode=mode: runs(mode, t), BIGP)
     for t in range(L):
         m4.threshold(act, t, fields["run", "below"].bit(t) + fields["run", "atp"].bit(t) - 1.5, 0.5)
     n_alive = lsum(runs("all", t) for t in range(L))
     n_free = lsum(runs("run", t) for t in range(L))
-    m4.threshold(release, 0, n_alive - (2.0 * L) * n_free - 0.5 - BIG * multi.bit(0), 0.5)
+    m4.threshold(release, 0, n_alive - (2.0 * L) * n_free - 0.5 - BIGL * multi.bit(0), 0.5)
     m4.threshold(summ, 0, 0.5 - n_alive, 0.5)
     for h in (0, 1):
         m4.threshold(summ, 1 + h, 0.5 - lsum(freeh[h].bit(t) for t in range(L)), 0.5)
@@ -469,12 +486,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     def wterms(w, lin, mode):
         ex, dead = wexists.bit(w), wreads[w].bit(0)
         if mode == "all":
-            return [(lin + BIG * (ex - dead - 1.0), 0.5, 1.0)]
+            return [(lin + BIGW * (ex - dead - 1.0), 0.5, 1.0)]
         nf0, nf1 = wreads[w].bit(1), wreads[w].bit(2)        # no lane free in phase 0 / 1
         wrel = wreads[w].bit(3)                              # (then no lane is free)
-        return [(lin + BIG * (ex - nf0 - phase - 1.0), 0.5, 1.0),
-                (lin + BIG * (ex - nf1 + phase - 2.0), 0.5, 1.0),
-                (lin + BIG * (ex + wrel - 2.0), 0.5, 1.0)]
+        return [(lin + BIGW * (ex - nf0 - phase - 1.0), 0.5, 1.0),
+                (lin + BIGW * (ex - nf1 + phase - 2.0), 0.5, 1.0),
+                (lin + BIGW * (ex + wrel - 2.0), 0.5, 1.0)]
 
     for mode in ("run", "all"):
         for w in range(NW):
@@ -489,12 +506,12 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
 
     # L6 MLP: the next PC (one warp: the free lanes' winner, or all alive lanes' after a release);
     # the first candidate group; the warp pickers; the warp-level release
-    nextpc = c.new_field(bits("nextpc", pcb - 1))
+    nextpc = c.new_field(bits("nextpc", pab))
     nextg = c.new_field(dual("nextg", G))
     wbeats = {mode: c.new_field(bits(f"wbeats_{mode}", max(1, NW * (NW - 1)))) for mode in ("run", "all")}
     rel = release.bit(0)
     m6 = MLPBuilder(c, "next")
-    for i in range(pcb - 1):
+    for i in range(pab):
         m6.boolean(nextpc, i, [(win["run"].bit(t) + pcf[t].bit(i) - rel - 1.5, 0.5, 1.0) for t in range(L)]
                    + [(win["all"].bit(t) + pcf[t].bit(i) + rel - 2.5, 0.5, 1.0) for t in range(L)])
     for k in range(G):
@@ -505,7 +522,7 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     for mode in ("run", "all"):
         wbelow = wf[mode, "below"]
         wpairs = _beats_steps(m6, wbeats[mode], NW, lambda t, b=wbelow: float(t) + 64.0 * b.bit(t),
-                              lambda t, mode=mode: wruns(mode, t), BIG)
+                              lambda t, mode=mode: wruns(mode, t), BIGW)
     m6.build()
 
     # L7 MLP: the warp winners; L8: the next warp and the phase after this step (several warps)
@@ -537,8 +554,8 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
     m8.boolean(ngen, 0, gterms + [(is_hold + gen - 1.5, 0.5, 1.0)])
     m8.build()
 
-    return SimpleNamespace(threads=threads, pcs=pcs, pcb=pcb, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
-                           pa_lo=pa_lo, pa_hi=pa_hi, blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
+    return SimpleNamespace(threads=threads, pcs=pcs, pcb=pcb, pab=pab, L=L, NW=NW, G=G, WB=WB, kinds=kinds, kind=kind, hot=hot,
+                           pa_lo=pa_lo, pa_hi=pa_hi, addr=(addr_lo, addr_hi), blkreg=blkreg, nthr=nthr, tval=tval, phase=phase,
                            issue=issue, pcur=pcur, last=last, multi=multi, anyrun=anyrun, isw=isw,
                            nextw=nextw, nwphase=nwphase, ngen=ngen, nextpc=nextpc, nphase=nphase, sel=sel,
                            nextg=nextg, act=act, cand=cand, ww=ww, wiss=wiss)
@@ -548,7 +565,7 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
     """The prompt tokens and the control tokens except <g> (see g_inputs / g_logit) and <d>;
     blk_inputs(b): more inputs of the <blk b> token (a datapath's)."""
     K = f.kinds.index
-    pcs, pcb = f.pcs, f.pcb
+    pcs = f.pcs
     hot, blkreg, last, nextw, nwphase, ngen = f.hot, f.blkreg, f.last, f.nextw, f.nwphase, f.ngen
     nextpc, nphase, sel, isw, WB, NW, threads = f.nextpc, f.nphase, f.sel, f.isw, f.WB, f.NW, f.threads
     S = blkreg.present(0)                 # a block has started
@@ -591,7 +608,7 @@ def control_tokens(c: Circuit, f: SimpleNamespace, blk_inputs=lambda b: {}) -> N
                 c.token(name, kind=K("wi"), pa_lo=p % 128, pa_hi=p // 128, p1=p + 1, ph=h,
                         ww=w, ww1=w + 1)
                 c.logit(name, 100.0 * S + 50.0 * R + 10.0 + 30.0 * (1.0 - M) + 30.0 * isw
-                        + _match(p, nextpc, pcb - 1) + (1.0 if h else -1.0) * nphase.pm(0)
+                        + _match(p, nextpc, f.pab) + (1.0 if h else -1.0) * nphase.pm(0)
                         + _match(w, sel, WB))
 
 

@@ -43,7 +43,13 @@ Prompt, per machine instruction P (gpu_layers.machine.datapath_program gives the
   <pi C X>                 chunk C (11 bits) of the immediate (zero chunks absent)
   <pe>                     the instruction's fields are complete: commits the immediate
 
-then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers.
+then memory_map.prompt_tokens: `<nw N>` and the nonzero words of the buffers. The program is
+three banked memories at the address `<pa>` left, read at the current PC (`cinst`, written at
+`<wi>`): `pctl` (control word, destination, ps, pq: written at `<pq>`, read in layer 1, where the
+control unit's issue and the register file's group state take it), `pop` (po and pm: written at
+`<pm>`) and `imm` (at `<pe>`); a field whose token comes before its memory's write waits in a
+one-slot register (`hold_pc`, `hold_pd`, `hold_ps`, `hold_po`, the immediate's chunks), reset at
+`<pa>`. Seven memories of 8 banks were 56 heads; three of 15 banks are 45 (docs/machine.md §33).
 
 Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered, in
 blocks of one warp so that vectors, sub-word accesses and atomics are scalar word accesses,
@@ -52,16 +58,17 @@ interpreter's round robin (the control unit's `<w W H G>` before each `<wi W P H
 file in 4 x 2 banks per lane and port, bank 2 W + K // 4; %tid.x = 32 W + 4 K' + lane; the
 warp of a pending group is kept with its state, since an issue's last group commits at the next
 issue's `<wi>`, and nothing executes at `<w>`; warp exchanges wait at the machine's warp
-barrier, `<pc wbar>`), programs of up to 1,024 machine
-instructions (every program memory in 8 banks of 128), up to 32 register-file slots per thread
+barrier, `<pc wbar>`), programs of up to 1,920 machine
+instructions (every program memory in 15 banks of 128: the 15 memories one layer holds, since
+the control word is read in layer 1), up to 32 register-file slots per thread
 (registers of different widths share slots past 32 machine registers: regalloc.allocate's joint
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 24 layers, W 27,579, 121,609 tokens (20 layers, W 21,274 with two warps
-and 4 KB of global memory; the register file's read ports grow by a head per lane, bank and port,
-each head placed on its own, and 16 KB of global memory takes 32 heads). The dense stock model
-would need about 103 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
+For Qwen3.5-2B's shapes: 24 layers, W 30,229, 130,569 tokens (W 27,579 and 121,609 tokens with
+1,024 PCs; 20 layers, W 21,274 with two warps and 4 KB of global memory; the register file's read
+ports grow by a head per lane, bank and port, each head placed on its own, and 16 KB of global
+memory takes 32 heads). The dense stock model would need about 115 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 10 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
 """
@@ -93,7 +100,7 @@ WARPS = 4                      # warps of a block (round robin, the control unit
 THREADS = LANES * GROUPS * WARPS
 GBITS = GROUPS.bit_length() - 1
 WBITS_W = (WARPS - 1).bit_length()     # bits of a warp index
-PCS = 1024                     # machine PCs < 1024: every program memory in 8 banks of 128
+PCS = C.MAX_PCS               # machine PCs < 1,920: every program memory in 15 banks of 128
 KINDS = ("nt", "nb", "pa", "pc", "pd", "po", "ps", "pq", "pi", "pe", "blk", "w", "wi", "g", "d", "halt") + MU.KINDS
 SRC_NONE, SRC_IMM, SRC_TID, SRC_CTAID = 32, 33, 34, 35
 SRC_NAMES = {SRC_NONE: "none", SRC_IMM: "imm", SRC_TID: "tid", SRC_CTAID: "ctaid"}
@@ -109,6 +116,7 @@ PQ_BITS = 8
 IMM_CHUNKS = 6
 BIGM = 100.0
 COPY_PAIRS = [(i, j) for j in range(1, LANES) for i in range(j)]   # (source, copying lane)
+COPY_PIECE = 4                 # bits compared at a time by the S = 2 test (_copies_previous)
 
 
 class CoreError(QwenGPUError, ValueError):
@@ -532,28 +540,59 @@ def check_core(fm, ids: dict, names: list[str], n_prompt: int, kinds: list[str])
 def core_circuit() -> Circuit:
     """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
-    f = C.control_layers(c, THREADS, KINDS, pcs=PCS)
-    hot = dict(f.hot)
-    hot["end"] = hot["halt"]
-    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS, pcs=PCS, warps=WARPS, wi_warp=f.ww)
-    G = f.G
-    assert G == GROUPS, (G, GROUPS)
-
-    # ---- prompt inputs and the program's datapath fields ----------------------------------------
+    # ---- prompt inputs and the program ----------------------------------------------------------
     po_in = c.input(bits("po_in", PO_BITS), default=0)
     ps_in = c.input(bits("ps_in", PS_BITS), default=0)
     pq_in = c.input(bits("pq_in", PQ_BITS), default=0)
+    preg = c.input(bits("preg", 5), default=0)                             # <pd R bW>: R
+    pwf = c.input(bits("pwf", 1), default=0)                               # ... 1 (writes a register)
     pic = c.input(onehot("pic", IMM_CHUNKS + 1), default=IMM_CHUNKS)      # <pi C X>: C
     pix9 = c.input(bits("pix9", 9), default=0)                             # <pi C X>: X bits 0..8
     pix2 = c.input(bits("pix2", 2), default=0)                             # ... bits 9, 10
     blkb = c.input(bits("blkb", C.BBITS), default=0)                       # <blk B>: B
-    waddr, raddr = (r.addr_lo, r.addr_hi), (r.cinst_lo, r.cinst_hi)
+    prog = {}
+
+    def control_program(addr, pa, hot, cword):
+        """The program word every unit reads first, in layer 1 at the current PC (`cinst`,
+        written at <wi>): the control word, the destination, the source slots (ps, pq); written
+        at <pq>, the earlier tokens' parts held in one-slot registers until then."""
+        hib = pa[1].n
+        prog["cinst"] = (B.memory(c, "cinst_lo", 1, 7, 0, 0, pa[0], we=hot["wi"]).outputs[0],
+                         B.memory(c, "cinst_hi", 1, hib, 0, 0, pa[1], we=hot["wi"]).outputs[0])
+        held = [B.memory(c, f"hold_{k}", 1, n, 0, 0, [d], we=hot[k], reset=hot["pa"]).outputs[0]
+                for k, n, d in (("pc", sum(x.n for x in cword), cword), ("pd", 6, [preg, pwf]),
+                                ("ps", PS_BITS, ps_in))]
+        cw, prog["dest"], prog["ps"], prog["pq"] = B.banked_memory(
+            c, "pctl", PCS, held[0].n + 6 + PS_BITS + PQ_BITS, addr, prog["cinst"], held + [pq_in], we=hot["pq"],
+            parts=[("pcw", held[0].n), ("pdst", 6), ("ps", PS_BITS), ("pq", PQ_BITS)]).outputs
+        prog["addr"] = addr
+        return cw
+
+    f = C.control_layers(c, THREADS, KINDS, pcs=PCS, program=control_program)
+    hot = dict(f.hot)
+    hot["end"] = hot["halt"]
+    r = R.regfile_layers(c, hot, f.pa_lo, f.pa_hi, groups=GROUPS, pcs=PCS, warps=WARPS, wi_warp=f.ww,
+                         addr=f.addr, cinst=prog["cinst"], dest=prog["dest"])
+    G = f.G
+    assert G == GROUPS, (G, GROUPS)
+
+    # the datapath's words at the same address: the operation and the memory access (written at
+    # <pm>, the operation held since <po>), the immediate (at <pe>, its chunks held since <pi>)
+    waddr, raddr = prog["addr"], prog["cinst"]
+    ps, pq = prog["ps"], prog["pq"]
     ibuf = [B.memory(c, f"ibuf{k}", 1, R.chunk_bits(k), 0, 0,
                      [[pix9, pix2] if R.chunk_bits(k) == R.PAYLOAD else [pix9]],
                      we=hot["pi"] + pic.hot(k) - 1.0, reset=hot["pa"]).outputs[0] for k in range(IMM_CHUNKS)]
-    po = B.banked_memory(c, "po", PCS, PO_BITS, waddr, raddr, po_in, we=hot["po"]).outputs[0]
-    ps = B.banked_memory(c, "ps", PCS, PS_BITS, waddr, raddr, ps_in, we=hot["ps"]).outputs[0]
-    pq = B.banked_memory(c, "pq", PCS, PQ_BITS, waddr, raddr, pq_in, we=hot["pq"]).outputs[0]
+    hold_po = B.memory(c, "hold_po", 1, PO_BITS, 0, 0, po_in, we=hot["po"], reset=hot["pa"]).outputs[0]
+
+    def op_program(pm_in):
+        outs = B.banked_memory(c, "pop", PCS, PO_BITS + MU.PM_BITS, waddr, raddr, [hold_po, pm_in], we=hot["pm"],
+                               parts=[("po", PO_BITS), ("pm", MU.PM_BITS)]).outputs
+        prog["po"] = outs[0]
+        return outs[1]
+
+    mu = MU.prompt_side(c, hot, waddr, raddr, pcs=PCS, program=op_program)
+    po = prog["po"]
     imm = B.banked_memory(c, "imm", PCS, 64, waddr, raddr, ibuf, we=hot["pe"]).outputs[0]
     ctaid = B.memory(c, "ctaid", 1, C.BBITS, 0, 0, blkb, we=hot["blk"]).outputs[0]
     a_reg, a_imm, a_tid, a_cta, b_reg, b_imm = (ps.bit(10 + i) for i in range(6))
@@ -563,7 +602,6 @@ def core_circuit() -> Circuit:
     mode = {m: po.bit(PO_MODE + i) for i, m in enumerate(MODES)}
     orw = lsum((1 << i) * po.bit(PO_ORW + i) for i in range(7))
     dst_pred, dst_data = po.bit(PO_DST), po.bit(PO_DST + 1)
-    mu = MU.prompt_side(c, hot, waddr, raddr, pcs=PCS)
 
     # ---- the executing group K' (the control unit's first candidate): read addresses, issued
     # lanes, the gated immediate and special registers ---------------------------------------------
@@ -954,18 +992,23 @@ def _copies_previous(c: Circuit, res, latch, ex, und, undm, gcur, at, dst_data, 
     """[the executing group's <g> is S = 2]: at a <g> or <d> of the issue's previous group (the
     current one; so never the issue's first group), an ALU instruction that writes data, no
     undefined lane in either group, every lane executed here executed there, and each such lane's
-    result equal to the latch's (that group's results, slot K): compared chunk by chunk as signed
-    sums of 11 bit differences (exact in fp32: at most 2,047), so 24 comparisons, not 256."""
-    cdiff = c.new_field(dual("cdiff", LANES * R.CHUNKS + LANES))     # a chunk differs; a lane is new
+    result equal to the latch's (that group's results, slot K): compared four bits at a time as
+    signed sums of bit differences (at most 15), so 64 comparisons, not 256. The lane's executed
+    bit gates each comparison with a weight of 16: a step's true output is 1 only up to the
+    relative error of the layer's norm (about 1e-4 where earlier stages left analog values in
+    fields nobody reads at that token), and a gate of 4,096 over 11-bit chunks turned that into
+    0.43 of a 0.5 margin (a false `<g .. 1>` at token 7 of flag_chain)."""
+    pieces = 64 // COPY_PIECE
+    cdiff = c.new_field(dual("cdiff", LANES * pieces + LANES))     # a piece differs; a lane is new
     m = MLPBuilder(c, "copy_diff")
-    gate = 4096.0
+    gate = float(1 << COPY_PIECE)
     for j in range(LANES):
-        for ch in range(R.CHUNKS):
-            dv = lsum(float(1 << b) * (res[j].bit(R.PAYLOAD * ch + b) - latch[j].bit(R.PAYLOAD * ch + b))
-                      for b in range(R.chunk_bits(ch)))
+        for k in range(pieces):
+            dv = lsum(float(1 << b) * (res[j].bit(COPY_PIECE * k + b) - latch[j].bit(COPY_PIECE * k + b))
+                      for b in range(COPY_PIECE))
             off = gate * ex.bit(j) - gate - 0.5
-            m.boolean(cdiff, R.CHUNKS * j + ch, [(dv + off, 0.5, 1.0), (-1.0 * dv + off, 0.5, 1.0)])
-        m.threshold(cdiff, LANES * R.CHUNKS + j, ex.bit(j) - gcur.bit(j) - 0.5, 0.5)
+            m.boolean(cdiff, pieces * j + k, [(dv + off, 0.5, 1.0), (-1.0 * dv + off, 0.5, 1.0)])
+        m.threshold(cdiff, LANES * pieces + j, ex.bit(j) - gcur.bit(j) - 0.5, 0.5)
     m.build()
     same2 = c.new_field(dual("same2", 1))
     m = MLPBuilder(c, "copy_same")

@@ -68,9 +68,11 @@ def pm_word(kind: str | None, space: str = "global", size: int = 4) -> int:
     return (1 if kind == "load" else 2) | ((space == "shared") << 2) | ((size == 8) << 3)
 
 
-def prompt_side(c, hot, waddr, raddr, pcs: int = PCS):
+def prompt_side(c, hot, waddr, raddr, pcs: int = PCS, program=None):
     """Inputs, registers and the dump's next address (see the module docstring); pcs: the
-    program's capacity (the memory instruction words' banks)."""
+    program's capacity (the memory instruction words' banks). program(pm_in): the memory
+    instruction word (a PM_BITS field) from the caller's program memory, else the unit's own
+    (written at <pm>)."""
     n = SimpleNamespace()
     n.pm_in = c.input(bits("pm_in", PM_BITS), default=0)
     n.mtj = c.input(onehot("mtj", LANES + 1), default=LANES)
@@ -83,7 +85,8 @@ def prompt_side(c, hot, waddr, raddr, pcs: int = PCS):
     n.mbk_in = c.input(bits("mbk_in", 4), default=0)
     n.mbl_in = c.input(bits("mbl_in", WBITS), default=0)
     n.mbh_in = c.input(bits("mbh_in", NBITS), default=0)
-    pm = B.banked_memory(c, "pm", pcs, PM_BITS, waddr, raddr, n.pm_in, we=hot["pm"]).outputs[0]
+    pm = (program(n.pm_in) if program is not None
+          else B.banked_memory(c, "pm", pcs, PM_BITS, waddr, raddr, n.pm_in, we=hot["pm"]).outputs[0])
     n.ld, n.st, n.sh, n.is8 = (pm.bit(i) for i in range(4))
     n.mem = n.ld + n.st
     nwords = B.memory(c, "nwords", 1, NBITS, 0, 0, n.nw_in, we=hot["nw"]).outputs[0]

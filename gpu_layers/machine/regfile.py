@@ -55,20 +55,21 @@ per head per token, write-then-read within a token, a memory cannot compute its 
     largest k < K seen in this issue: three one-bit heads `seen0..2` (written at <g k>, reset at
     <wi>) and one MLP stage (k < K comes from the token, so <g K>'s own write is ignored); the first
     <g> of an issue commits nothing (the previous issue's last group committed at <wi>);
-  * the group state (the instruction's PC, executed and undefined lanes) is copied at <g K> into
-    slot K of `gs`, so the commit finds the pending group's instruction even after <wi> has
-    replaced the current one (`cinst`, written at <wi>). The program (`prog`, 4 banks of 128
-    slots, written at <pd> at the address the last <pa> left in `addr`) is read at the pending PC,
-    and one MLP stage turns bank select, register, write flag, pending group and lanes into the
-    register-file address 32 K + R and per-lane write enables and blank flags;
+  * the group state (the instruction's destination, executed and undefined lanes) is copied at
+    <g K> into slot K of `gs`, so the commit finds the pending group's destination even after <wi>
+    has replaced the current instruction (`cinst`, written at <wi>). The program (`prog`, banks of
+    128 slots, written at <pd> at the address the last <pa> left in `addr`; in the machine core,
+    part of the core's program word) is read at the current PC, and one MLP stage turns register,
+    write flag, pending group and lanes into the register-file address 32 K + R and per-lane
+    write enables and blank flags;
   * <blk> closes the gate of the register file, `curg` and `gs` (the block's last group, its exit,
     is dropped with them).
 
 Layers (as the scheduler places them for Qwen3.5-2B's shapes; 16 heads, one constant):
   L0 mixer  addr_lo, addr_hi (the <pa> address), curg (K, S), seen0..2, cinst_lo, cinst_hi (the PC)
   L0 MLP    ck (current K), cs (current S), pk (pending K), pen (a group is pending)
-  L1 mixer  gs_lo, gs_x (group state: PC, E, U; slot K), 13 chunk heads
-  L2 mixer  11 chunk heads, prog (4 banks)
+  L1 mixer  prog (4 banks, read at the current PC), 12 chunk heads
+  L2 mixer  gs (group state: R, writes, E, U; slot K), 12 chunk heads
   L2 MLP    rf_addr = 32 pk + R, rf_we[J], rf_blank[J]
   L3 mixer  rf: 4 lanes x 128 slots x 64 bits, write-only (read from the cache)
 
@@ -348,7 +349,7 @@ def d_inputs(j: int, ch: int, x: int) -> dict:
 
 
 def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pcs: int = PCS,
-                   warps: int = 1, wi_warp=None) -> SimpleNamespace:
+                   warps: int = 1, wi_warp=None, addr=None, cinst=None, dest=None) -> SimpleNamespace:
     """The write-back commit's layers in circuit `c` (`hot`: {kind: 0/1 Lin} for the kinds pa, pd,
     blk, wi, g, d, end; pa_lo / pa_hi: the <pa P> / <wi .. P ..> address inputs) for a warp of
     `groups` lane groups (4: 16 threads, 8: a whole 32-thread warp). Returns the register file's
@@ -356,25 +357,31 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     32 (K mod 4) + R; a key head holds 128 slots, so 8 groups take two banks of heads per lane,
     bank K // 4), rf_data per lane, per-bank write enables rf_we_bank[b] (rf_we = rf_we_bank[0]
     for one bank) and blank flags; and the group registers. pcs: the
-    program's capacity (512 or 1024 machine instructions, banks of 128). warps: a block's warps (1,
+    program's capacity (a multiple of 128 machine instructions from 512 to 1,920: banks of 128). warps: a block's warps (1,
     or 2 / 4 with `groups` 8: then wi_warp is the <wi W ..> token's W input, the register file has
     `warps` x 2 banks per lane, bank 2 W + K // 4, and the issuing warp is kept with each group's
-    state, since the commit of an issue's last group comes at the next issue's <wi>)."""
+    state, since the commit of an issue's last group comes at the next issue's <wi>). When the
+    caller has them already: addr, the <pa> address registers (lo, hi); cinst, the current PC's
+    registers (lo, hi, written at <wi>); dest, the current instruction's destination (R, writes:
+    a 6-bit field read at cinst in layer 1 from the caller's program memory, whose <pd> tokens
+    set the inputs preg and pwf), else the register file's own program."""
     if warps not in (1, 2, 4) or (warps > 1 and (groups != 8 or wi_warp is None)):
         raise RegfileError(f"{warps} warps of {groups} lane groups: the register file runs one warp, "
                            "or 2 or 4 whole warps of 8 groups")
     if groups not in (4, 8):
         raise RegfileError(f"{groups} lane groups: the register file runs 4 (16 threads) or 8 (32)")
-    if pcs not in (512, 1024):
-        raise RegfileError(f"a program of {pcs} PCs: the register file runs 512 or 1024")
+    if pcs % BANK or not 512 <= pcs <= 15 * BANK:
+        raise RegfileError(f"a program of {pcs} PCs: the register file runs a multiple of {BANK} from 512 to "
+                           f"{15 * BANK}")
     banks = pcs // BANK
     hib = (banks - 1).bit_length()                        # bits of a program bank index
     gb = groups.bit_length() - 1                          # bits of a group index
     gbanks = groups // GROUPS                             # register-file banks of one warp
     nrb = warps * gbanks                                  # register-file banks (heads per lane)
     wb = (warps - 1).bit_length()                         # bits of a warp index
-    preg = c.input(bits("preg", 5), default=0)            # <pd R bW>: R
-    pwf = c.input(bits("pwf", 1), default=0)              # <pd R bW>: 1 (writes a register)
+    if dest is None:
+        preg = c.input(bits("preg", 5), default=0)        # <pd R bW>: R
+        pwf = c.input(bits("pwf", 1), default=0)          # <pd R bW>: 1 (writes a register)
     gk = c.input(bits("gk", gb), default=0)               # <g K ..>: K
     ge = c.input(bits("ge", LANES), default=0)            # <g>: executed lanes
     gu = c.input(bits("gu", LANES), default=0)            # <g>: undefined lanes
@@ -392,8 +399,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     is_g, commit_kind = hot["g"], hot["wi"] + hot["end"]
 
     # ---- L0 mixer: inputs from the embedding only ----------------------------------------------
-    addr_lo = B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0]
-    addr_hi = B.memory(c, "addr_hi", 1, hib, 0, 0, pa_hi, we=hot["pa"]).outputs[0]
+    if addr is None:
+        addr = (B.memory(c, "addr_lo", 1, 7, 0, 0, pa_lo, we=hot["pa"]).outputs[0],
+                B.memory(c, "addr_hi", 1, hib, 0, 0, pa_hi, we=hot["pa"]).outputs[0])
+    addr_lo, addr_hi = addr
     curg = B.memory(c, "curg", 1, gb + 1, 0, 0, [[gk, gsf]], we=is_g, reset=hot["blk"]).outputs[0]
     seen = []
     for k in range(groups - 1):
@@ -402,8 +411,10 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
                              reset=hot["wi"] + hot["blk"]).outputs[0])
     # the last group that sent its values (S < 2): where an S = 2 group's values are, at <wi>/<end>
     lastx = B.memory(c, "lastx", 1, gb, 0, 0, gk, we=is_g + gxp.bit(0) - 1.0, reset=hot["blk"]).outputs[0]
-    cinst_lo = B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0]
-    cinst_hi = B.memory(c, "cinst_hi", 1, hib, 0, 0, pa_hi, we=hot["wi"]).outputs[0]
+    if cinst is None:
+        cinst = (B.memory(c, "cinst_lo", 1, 7, 0, 0, pa_lo, we=hot["wi"]).outputs[0],
+                 B.memory(c, "cinst_hi", 1, hib, 0, 0, pa_hi, we=hot["wi"]).outputs[0])
+    cinst_lo, cinst_hi = cinst
     cwarp = [B.memory(c, "cwarp", 1, wb, 0, 0, wi_warp, we=hot["wi"]).outputs[0]] if wb else []
 
     # ---- L0 MLP: current and pending group ---------------------------------------------------
@@ -445,9 +456,11 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
     m0.boolean(pen, 0, list(pairs.values()) + [(commit_kind + curg.present(0) - 1.5, 0.5, 1.0)])
     m0.build()
 
-    # ---- L1 mixer: group state (slot K) ------------------------------------------------------
-    gs_lo = B.memory(c, "gs_lo", groups, 7, gk, pk, [cinst_lo], we=is_g, reset=hot["blk"]).outputs[0]
-    gs_x = B.memory(c, "gs_x", groups, hib + 2 * LANES + wb, gk, pk, [[cinst_hi, ge, gu] + cwarp], we=is_g,
+    # ---- L1 mixer: the current instruction's destination (R, writes) ---------------------------
+    prog = dest if dest is not None else B.banked_memory(
+        c, "prog", pcs, 6, (addr_lo, addr_hi), (cinst_lo, cinst_hi), [preg, pwf], we=hot["pd"]).outputs[0]
+    # ---- L2 mixer: group state (slot K): R, writes, executed and undefined lanes, warp --------
+    gs_x = B.memory(c, "gs", groups, 6 + 2 * LANES + wb, gk, pk, [[prog, ge, gu] + cwarp], we=is_g,
                     reset=hot["blk"]).outputs[0]
 
     # ---- L1/L2 mixers: chunk heads (lane J, chunk C), slot K ---------------------------------
@@ -466,34 +479,25 @@ def regfile_layers(c: Circuit, hot: dict, pa_lo, pa_hi, groups: int = GROUPS, pc
             chunks[j][ch] = B.memory(c, f"ch{j}{ch}", groups, chunk_bits(ch) + (1 + j if ch == 0 else 0), ck, pks, [data],
                                      we=we).outputs[0]
 
-    # ---- L2 mixer: the program, banks of 128 slots: (R, writes) ------------------------------
-    prog = []
-    for b in range(banks):
-        sel = lsum(addr_hi.bit(i) if (b >> i) & 1 else 1.0 - addr_hi.bit(i) for i in range(hib))
-        prog.append(B.memory(c, f"prog{b}", BANK, 6, addr_lo, gs_lo, [[preg, pwf]],
-                             we=hot["pd"] + sel - float(hib)).outputs[0])
-
     # ---- L2 MLP: the commit: address 32 (pk mod 4) + R and the bank pk // 4, per-lane write
     # enables (per bank) and blank flags --------------------------------------------------------
     rf_addr = c.new_field(bits("rf_addr", 7))
     rf_we = [c.new_field(dual(f"rf_we{b}" if nrb > 1 else "rf_we", LANES)) for b in range(nrb)]
     rf_blank = c.new_field(dual("rf_blank", LANES))
-    match = [lsum(gs_x.bit(i) if (b >> i) & 1 else 1.0 - gs_x.bit(i) for i in range(hib)) for b in range(banks)]
+    GE, GU, GW = 6, 6 + LANES, 6 + 2 * LANES          # gs: R (5), writes, E, U, the warp
     mc = MLPBuilder(c, "commit")
     for i in range(5):
-        mc.boolean(rf_addr, i, [(match[b] + prog[b].bit(i) - hib - 0.5, 0.5, 1.0) for b in range(banks)])
+        mc.threshold(rf_addr, i, gs_x.bit(i) - 0.5, 0.5)
     for i in range(2):
         mc.threshold(rf_addr, 5 + i, pk.bit(i) - 0.5, 0.5)
     for rb in range(nrb):
         w, kb = divmod(rb, gbanks)
         bsel = lsum(pk.bit(2 + i) if (kb >> i) & 1 else 1.0 - pk.bit(2 + i) for i in range(gb - 2))
-        bsel = bsel + lsum(gs_x.bit(hib + 2 * LANES + i) if (w >> i) & 1 else 1.0 - gs_x.bit(hib + 2 * LANES + i)
-                           for i in range(wb))
+        bsel = bsel + lsum(gs_x.bit(GW + i) if (w >> i) & 1 else 1.0 - gs_x.bit(GW + i) for i in range(wb))
         for j in range(LANES):
-            mc.boolean(rf_we[rb], j, [(pen.bit(0) + gs_x.bit(hib + j) + match[b] + prog[b].bit(5) + bsel
-                                       - hib - 2.5 - (gb - 2) - wb, 0.5, 1.0) for b in range(banks)])
+            mc.threshold(rf_we[rb], j, pen.bit(0) + gs_x.bit(GE + j) + gs_x.bit(5) + bsel - 2.5 - (gb - 2) - wb, 0.5)
     for j in range(LANES):
-        mc.threshold(rf_blank, j, gs_x.bit(hib + LANES + j) - 0.5, 0.5)
+        mc.threshold(rf_blank, j, gs_x.bit(GU + j) - 0.5, 0.5)
     mc.build()
 
     we_bank = [[w.bit(j) for j in range(LANES)] for w in rf_we]

@@ -18,7 +18,7 @@ in all three cases.
 from __future__ import annotations
 
 from ..circuit import Circuit, CircuitError, MemoryPort, MixerStage
-from ..fields import Field, Lin
+from ..fields import Field, Lin, bits
 from .base import MLPBuilder, finish, out_field
 
 
@@ -150,9 +150,11 @@ def read_bits(c: Circuit, r: Field, name: str | None = None, enc: str = "bits", 
 
 
 def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, raddr: tuple, data,
-                  we: Lin | None = None, with_present: bool = False):
+                  we: Lin | None = None, with_present: bool = False, parts: list | None = None):
     """A one-lane memory of more slots than a key head has, split into banks (one port each).
     `data`: a field or a list of fields (concatenated, low bits first) of wbits bits in all.
+    `parts` [(name, bits), ...] (summing to wbits): the word read out as several `bits` fields,
+    low bits first, instead of one `name` (a word that packs what several readers take).
 
     Addresses are pairs (low, bank): `low` a binary field (bits / rail3) of the slot inside a bank
     (a bank has 2**low.n slots), `bank` a binary field (bits / dual / rail3) of the bank index, or
@@ -180,17 +182,43 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
         ports.append(memory(c, f"{name}_b{b}" if banks > 1 else f"{name}_m", min(bank_slots, slots), wbits,
                             wlo, rlo, [fields], we=web))
     reads = [p.outputs[0] for p in ports]
-    if banks == 1:
+    if parts is not None:
+        if sum(n for _, n in parts) != wbits or with_present:
+            raise CircuitError(f"banked memory {name}: parts must add up to {wbits} bits, without present")
+        outs, st = _split_read(c, name, rhi if banks > 1 else None, reads, parts)
+        stages = [st]
+    elif banks == 1:
         out = read_bits(c, reads[0], name=name, with_present=with_present)
+        outs, stages = list(out.outputs), list(out.stages)
     else:
         if with_present:
             raise CircuitError("banked memory: with_present is only implemented for one bank")
         out = mux(c, rhi, reads, name=name)
+        outs, stages = list(out.outputs), list(out.stages)
     blk = finish(c, name, "banked_memory", [f for f in (wlo, whi, rlo, rhi) if f is not None],
-                 list(out.outputs), [st for p in ports for st in p.stages] + list(out.stages), None,
+                 outs, [st for p in ports for st in p.stages] + stages, None,
                  {"slots": slots, "wbits": wbits, "banks": banks, "bank_slots": bank_slots})
-    blk.ref = BankedMemoryModel(bank_slots, banks, waddr, raddr, fields, out.outputs)
+    blk.ref = BankedMemoryModel(bank_slots, banks, waddr, raddr, fields, outs, parts)
     return blk
+
+
+def _split_read(c: Circuit, name: str, rhi, reads: list, parts: list) -> list:
+    """One MLP stage: the addressed bank's read (rhi: the bank index, None for one bank),
+    re-digitized into one `bits` field per part."""
+    from .logic import _select_term
+
+    outs = [c.new_field(bits(pn, n)) for pn, n in parts]
+    mb = MLPBuilder(c, name)
+    base = 0
+    for f in outs:
+        for i in range(f.n):
+            terms = []
+            for b, r in enumerate(reads):
+                s, cnt = _select_term(rhi, b) if rhi is not None else (Lin({}, 0.0), 0)
+                terms.append((s + r.bit(base + i) - (cnt + 0.5), 0.5, 1.0))
+            mb.boolean(f, i, terms)
+        base += f.n
+    return outs, mb.build()
 
 
 class BankedMemoryModel:
@@ -198,9 +226,9 @@ class BankedMemoryModel:
     values: logical values of the address and data fields ({name: int}) plus '_we' (0/1); returns
     {output name: word} (absent words read as 0; `present` 0/1 when the block has it)."""
 
-    def __init__(self, bank_slots, banks, waddr, raddr, data, outs):
+    def __init__(self, bank_slots, banks, waddr, raddr, data, outs, parts=None):
         self.bank_slots, self.banks = bank_slots, banks
-        self.waddr, self.raddr, self.outs = waddr, raddr, outs
+        self.waddr, self.raddr, self.outs, self.parts = waddr, raddr, outs, parts
         self.data = data
         self.mem = {}
 
@@ -217,6 +245,12 @@ class BankedMemoryModel:
                 sh += f.n
             self.mem[self._addr(self.waddr, v)] = word
         got = self.mem.get(self._addr(self.raddr, v))
+        if self.parts is not None:
+            out, sh = {}, 0
+            for f in self.outs:
+                out[f.name] = ((got or 0) >> sh) & ((1 << f.n) - 1)
+                sh += f.n
+            return out
         out = {self.outs[0].name: got or 0}
         if len(self.outs) > 1:
             out[self.outs[1].name] = int(got is not None)
