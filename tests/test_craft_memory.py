@@ -41,7 +41,7 @@ def test_grouped_value_heads_share_keys():
     _assert_exact(res)
 
 
-def _banked_circuit(slots, wbits, config, parts=None):
+def _banked_circuit(slots, wbits, config, parts=None, shared=False):
     from gpu_layers.craft import blocks as B
     from gpu_layers.craft.assemble import compile_circuit
     from gpu_layers.craft.circuit import Circuit
@@ -51,21 +51,28 @@ def _banked_circuit(slots, wbits, config, parts=None):
     c = Circuit("banked")
     f = {n: c.input(bits(n, k)) for n, k in (("wlo", nlo), ("whi", nhi), ("rlo", nlo), ("rhi", nhi), ("d", wbits))}
     we = c.input(dual("we", 1))
-    blk = B.banked_memory(c, "m", slots, wbits, (f["wlo"], f["whi"]), (f["rlo"], f["rhi"]), f["d"], we=we.bit(0),
+    rhi = B.bank_select(c, "rbank", f["rhi"]).outputs[0] if shared else f["rhi"]
+    blk = B.banked_memory(c, "m", slots, wbits, (f["wlo"], f["whi"]), (f["rlo"], rhi), f["d"], we=we.bit(0),
                           parts=parts)
     return compile_circuit(c, config), blk, 1 << nlo
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("parts", [None, [("lo", 5), ("mid", 3), ("hi", 8)]])
-def test_banked_memory_more_slots_than_a_key_head(parts):
-    """64 slots on 32-slot key heads: 2 banks (ports) in one mixer, the read selected by the bank
-    bits in the MLP. Random writes/reads over 64 slots, compared with a plain dict on both paths;
-    with `parts`, the word comes out as three fields (low bits first)."""
+def test_banked_memory_more_slots_than_a_key_head(parts, shared):
+    """96 slots on 32-slot key heads: 3 banks (ports) in one mixer, the read selected by the bank
+    bits in the MLP; or (shared) each bank's read enabled by a one-hot of the bank bits, the three
+    reads landing in one field (a layer later: the one-hot is an MLP stage). Random writes/reads
+    over 128 addresses (the fourth bank's reads as absent, 0), compared with a plain dict on both
+    paths; with `parts`, the word comes out as three fields (low bits first)."""
     import numpy as np
     from gpu_layers.craft.testing import compare_outputs, encode_rows, run_paths
-    comp, blk, bank = _banked_circuit(64, 16, TINY, parts)
-    assert bank == 32 and comp.num_layers == 1
-    assert sum(len(pl.mixer) for pl in comp.plans) == 2
+    comp, blk, bank = _banked_circuit(96, 16, TINY, parts, shared)
+    assert bank == 32 and comp.num_layers == 1 + shared
+    mixers = [st for pl in comp.plans for st in pl.mixer]
+    assert sum(len(st.ports) for st in mixers) == 3 and len(mixers) == (1 if shared else 3)
+    read_dims = sum(f.dims for f in comp.circuit.layout.fields.values() if f.enc == "rail3")
+    assert read_dims == (1 if shared else 3) * 2 * 16
     rng = np.random.default_rng(7)
     Bn, T = 24, 160
     vals = {n: np.zeros((Bn, T), dtype=np.int64) for n in ("wlo", "whi", "rlo", "rhi", "d", "we")}
@@ -73,16 +80,16 @@ def test_banked_memory_more_slots_than_a_key_head(parts):
     for b in range(Bn):
         mem, model = {}, blk.ref.__class__(blk.ref.bank_slots, blk.ref.banks, blk.ref.waddr, blk.ref.raddr,
                                             blk.ref.data, blk.ref.outs, blk.ref.parts)
-        hot = rng.integers(0, 64, 4)
+        hot = rng.integers(0, 96, 4)
         for t in range(T):
-            wa = int(rng.choice(hot)) if rng.random() < 0.5 else int(rng.integers(64))
-            ra = wa if rng.random() < 0.3 else (int(rng.choice(hot)) if rng.random() < 0.6 else int(rng.integers(64)))
+            wa = int(rng.choice(hot)) if rng.random() < 0.5 else int(rng.integers(96))
+            ra = wa if rng.random() < 0.3 else (int(rng.choice(hot)) if rng.random() < 0.6 else int(rng.integers(128)))
             v = {"wlo": wa % 32, "whi": wa // 32, "rlo": ra % 32, "rhi": ra // 32,
                  "d": int(rng.integers(0, 1 << 16)), "we": int(rng.random() < 0.4)}
             if v["we"]:
                 mem[wa] = v["d"]
             exp[b, t] = mem.get(ra, 0)
-            got = model.step({**v, "_we": v["we"]})
+            got = model.step({**v, "_we": v["we"], "rbank": v["rhi"]})
             assert (got["m"] if parts is None else got["lo"] | got["mid"] << 5 | got["hi"] << 8) == exp[b, t]
             for n in vals:
                 vals[n][b, t] = v[n]
@@ -209,3 +216,50 @@ def test_blank_writes_make_a_slot_unwritten():
     with pytest.raises(CircuitError, match="blank write needs dual or rail3"):
         B.memory(c2, "m", 4, 4, None, None, x, blank=c2.input(dual("b", 1)).bit(0))
         compile_circuit(c2, TINY)
+
+
+def test_ports_in_two_layers_share_one_read_field():
+    """Ten one-lane ports (a tiny host's layer holds 7 besides the constant head, so they land in
+    two layers), each read enabled by its entry of a one-hot input, all reading into one rail3
+    field: it holds the enabled port's word, or reads absent where that port never wrote the slot,
+    strictly decoded on both paths (so the constant head's -0.5 came once, and before any read);
+    the field costs one word's dims. Sharing a field without read enables is refused."""
+    import numpy as np
+    from gpu_layers.craft import blocks as B
+    from gpu_layers.craft.assemble import compile_circuit
+    from gpu_layers.craft.circuit import Circuit, CircuitError
+    from gpu_layers.craft.fields import bits, dual, onehot, rail3
+    from gpu_layers.craft.testing import compare_outputs, encode_rows, run_paths
+    P, WB = 10, 12
+    c = Circuit("shared")
+    wa, ra, d = c.input(bits("wa", 5)), c.input(bits("ra", 5)), c.input(bits("d", WB))
+    wsel, rsel = c.input(onehot("wsel", P)), c.input(onehot("rsel", P))
+    we = c.input(dual("we", 1))
+    shared = c.new_field(rail3("sh_r", WB))
+    for p in range(P):
+        B.memory(c, f"m{p}", 32, WB, wa, ra, d, we=we.bit(0) + wsel.hot(p) - 1.0, re=rsel.hot(p), out=[shared])
+    with pytest.raises(CircuitError, match="read enable"):
+        B.memory(c, "bad", 32, WB, wa, ra, d, out=[shared])
+    B.read_bits(c, shared, name="word", with_present=True)
+    comp = compile_circuit(c, TINY)
+    assert sorted({pl for pl, plan in enumerate(comp.plans) for st in plan.mixer}) == [0, 1]
+    assert comp.layout.fields["sh_r"].dims == 2 * WB and comp.num_layers == 2
+    rng = np.random.default_rng(11)
+    Bn, T = 16, 160
+    vals = {n: rng.integers(0, k, (Bn, T)) for n, k in (("wa", 32), ("ra", 32), ("d", 1 << WB), ("wsel", P),
+                                                       ("rsel", P), ("we", 2))}
+    vals["ra"] = np.where(rng.random((Bn, T)) < 0.5, vals["wa"], vals["ra"])
+    exp = np.full((Bn, T), -1, dtype=np.int64)
+    for b in range(Bn):
+        mem = [dict() for _ in range(P)]
+        for t in range(T):
+            if vals["we"][b, t]:
+                mem[vals["wsel"][b, t]][vals["wa"][b, t]] = vals["d"][b, t]
+            exp[b, t] = mem[vals["rsel"][b, t]].get(vals["ra"][b, t], -1)
+    assert (exp >= 0).sum() > 200 and (exp < 0).sum() > 200
+    X = encode_rows(comp, {n: a.reshape(-1) for n, a in vals.items()}).reshape(Bn, T, -1)
+    e = exp.reshape(-1)
+    want = {"sh_r": e, "word": np.maximum(e, 0), "word_present": (e >= 0).astype(np.int64)}
+    for path, h in run_paths(comp, X).items():
+        for name, (wrong, margin) in compare_outputs(comp, h, want).items():
+            assert wrong == 0 and margin == 0, (path, name, wrong, margin)

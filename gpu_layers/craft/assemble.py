@@ -247,8 +247,8 @@ def schedule(c: Circuit, s: Shapes) -> tuple[list[LayerPlan], dict[str, int]]:
         ds = set()
         for d in st.input_dims():
             f = owner[d]
-            if f.name in c.producer:
-                ds.add(id(c.producer[f.name]))
+            for w in c.writers.get(f.name, ()):
+                ds.add(id(w))
         deps[id(st)] = ds
         for d in ds:
             users[d].append(id(st))
@@ -289,9 +289,20 @@ def schedule(c: Circuit, s: Shapes) -> tuple[list[LayerPlan], dict[str, int]]:
     position = {}
     for st in c.stages:
         position[st.name] = pos[id(st)]
-        for f in st.outputs:
-            c.layout.set_born(f.name, pos[id(st)])
+    for name, ws in c.writers.items():          # a shared read is there from its first writer on
+        c.layout.set_born(name, min(pos[id(w)] for w in ws))
+    _designate_offsets(c, pos)
     return plans, position
+
+
+def _designate_offsets(c: Circuit, pos: dict):
+    """Every read field takes the constant head's -0.5 once, from the earliest-placed port writing it:
+    before that port's layer the field is all zeros, which is its norm-invisible 'not born' state,
+    and from it on (-.5, -.5) until the enabled read's (+-.5 + .5) arrives: the same sum of squares."""
+    first = {}
+    for st in sorted((st for st in c.stages if st.kind == "mixer"), key=lambda st: pos[id(st)]):
+        for p in st.ports:
+            p.offset = [first.setdefault(f.name, (id(p), lane)) == (id(p), lane) for lane, f in enumerate(p.out)]
 
 
 def _topological(stages, deps) -> list:
@@ -414,8 +425,9 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
                         A, B = outf.start + 2 * i, outf.start + 2 * i + 1
                         out_proj[A, vh * dv + 2 * ip] += kappa
                         out_proj[B, vh * dv + 2 * ip + 1] += kappa
-                        out_proj[A, vh0 * dv] += comp
-                        out_proj[B, vh0 * dv] += comp
+                        if p.offset is None or p.offset[lane]:      # once per read field (schedule)
+                            out_proj[A, vh0 * dv] += comp
+                            out_proj[B, vh0 * dv] += comp
                     we = p.we[lane]
                     bb[vh] = _row(we - 0.5, one, W, 2 * P.BETA_G) if we is not None else _row(Lin({}, 1.0), one, W, P.BETA_G)
                     if p.reset is not None:

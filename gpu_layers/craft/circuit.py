@@ -80,6 +80,9 @@ class MemoryPort:
       blank: one 0/1 Lin per lane or None: a write whose blank is 1 stores an unwritten word (both
              rails of every bit are driven to 0 or below, so SiLU gives 0 and the delta rule
              replaces the slot with zeros): the slot reads as never written (poison)
+      offset: per lane, whether this port's read dims get the constant head's -0.5 (None: all):
+             a read field several ports share (each read enabled on its own, so their reads add
+             up) takes it once, from the earliest-placed of them (set by assemble.schedule)
     """
 
     name: str
@@ -94,6 +97,7 @@ class MemoryPort:
     reset: Lin | None
     out: list[Field]
     blank: list[Lin | None] | None = None
+    offset: list[bool] | None = None
 
     def data_bits(self, lane: int) -> list[tuple[Lin, Lin]]:
         """(bit, not-bit) Lins of the lane's data word, low bit first (fields concatenated); with a
@@ -178,7 +182,8 @@ class Circuit:
         self.inputs: list[Field] = []
         self.blocks: list[Block] = []
         self.stages: list = []
-        self.producer: dict[str, object] = {}   # field name -> stage
+        self.producer: dict[str, object] = {}   # field name -> stage (the first, for a shared read)
+        self.writers: dict[str, list] = {}      # field name -> every stage writing it (shared reads: several)
         self.tokens: list[tuple[str, dict]] = []
         self.logits: dict[str, Lin] = {}
         self.default_token_values: dict[str, object] = {}
@@ -216,12 +221,15 @@ class Circuit:
     # ---- stages and blocks ----------------------------------------------------------------
     def add_stage(self, stage):
         for f in stage.outputs:
-            if f.name in self.producer:
+            if f.name in self.producer and not (_shared_read(self.producer[f.name], f)
+                                                and _shared_read(stage, f)):
                 raise CircuitError(f"field {f.name!r} is written by two stages "
-                                   f"({self.producer[f.name].name}, {stage.name}); fields are written once")
+                                   f"({self.producer[f.name].name}, {stage.name}); fields are written once "
+                                   f"(but a rail3 read field by memory ports that all have a read enable)")
             if f.name not in self.layout.fields:
                 raise CircuitError(f"stage {stage.name}: output field {f.name!r} not in the layout")
-            self.producer[f.name] = stage
+            self.producer.setdefault(f.name, stage)
+            self.writers.setdefault(f.name, []).append(stage)
         self.stages.append(stage)
         return stage
 
@@ -241,3 +249,13 @@ class Circuit:
     def logit(self, token: str, lin: Lin):
         """The machine token's LM-head row: the logit is `lin` of the final residual."""
         self.logits[token] = lin
+
+
+def _shared_read(stage, f: Field) -> bool:
+    """Whether `stage` may share writing field f with other stages: a rail3 read of memory ports
+    whose every read of it is enabled by an exact-zero flag (the caller enables one at a time, so
+    the reads add up to the enabled one's: craft.blocks.memory)."""
+    if getattr(stage, "kind", None) != "mixer" or f.enc != "rail3":
+        return False
+    ports = [p for p in stage.ports if any(o.name == f.name for o in p.out)]
+    return bool(ports) and all(p.re is not None for p in ports)

@@ -49,7 +49,8 @@ three banked memories at the address `<pa>` left, read at the current PC (`cinst
 control unit's issue and the register file's group state take it), `pop` (po and pm: written at
 `<pm>`) and `imm` (at `<pe>`); a field whose token comes before its memory's write waits in a
 one-slot register (`hold_pc`, `hold_pd`, `hold_ps`, `hold_po`, the immediate's chunks), reset at
-`<pa>`. Seven memories of 8 banks were 56 heads; three of 15 banks are 45 (docs/machine.md §33).
+`<pa>`. Seven memories of 8 banks were 56 heads; three of 15 banks are 45 (docs/machine.md §33),
+each read enabled by the current PC's one-hot bank (`cbank`) into one field (§34).
 
 Scope (`machine_kernel` prepares a PTX kernel and its launch: flattened to 1-D, lowered, in
 blocks of one warp so that vectors, sub-word accesses and atomics are scalar word accesses,
@@ -65,10 +66,10 @@ the control word is read in layer 1), up to 32 register-file slots per thread
 allocation), what the datapath computes (a form it does not, e.g. a saturating cvt, is refused
 by name), the memory unit v0's accesses (memory_map); everything else is refused by name.
 
-For Qwen3.5-2B's shapes: 24 layers, W 30,229, 130,569 tokens (W 27,579 and 121,609 tokens with
-1,024 PCs; 20 layers, W 21,274 with two warps and 4 KB of global memory; the register file's read
-ports grow by a head per lane, bank and port, each head placed on its own, and 16 KB of global
-memory takes 32 heads). The dense stock model would need about 115 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
+For Qwen3.5-2B's shapes: 24 layers, W 15,625, 130,569 tokens (W 30,229 before the banks of a
+memory shared one read field, docs/machine.md §34; 27,579 and 121,609 tokens with 1,024 PCs; the
+register file's read ports grow by a head per lane, bank and port, each head placed on its own,
+and 16 KB of global memory takes 32 heads). The dense stock model would need about 59 GB in fp32: `build_core_fast` compiles layer by layer into the fast executor (its
 vocabulary kept sparse: about 10 GB at peak); scripts/machine_core.py runs kernels in it and
 gpu_layers.machine.inspect_state.core_registers reads the register file out of its state.
 """
@@ -84,7 +85,7 @@ from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, PRED_OPS, alu
 from gpu_layers.craft.blocks.base import MLPBuilder
 from gpu_layers.craft.circuit import Circuit
-from gpu_layers.craft.fields import Field, Lin, bits, dual, lsum, onehot
+from gpu_layers.craft.fields import Field, Lin, bits, dual, lsum, onehot, rail3
 from gpu_layers.craft.machine_model import CompiledCircuit
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.machine import control as C
@@ -170,20 +171,6 @@ class _Word:
 
     def bit(self, i: int) -> Lin:
         return self._l[i]
-
-
-class _BankedRead:
-    """One lane's register read from banked copies (duck-types a rail3 Field's .bit / .present):
-    the sum of the banks' reads, of which at most one is enabled."""
-
-    def __init__(self, name: str, reads: list):
-        self.name, self.n, self._r = name, reads[0].n, reads
-
-    def bit(self, i: int) -> Lin:
-        return lsum(r.bit(i) for r in self._r)
-
-    def present(self, i: int) -> Lin:
-        return lsum(r.present(i) for r in self._r)
 
 
 class _OneHot:
@@ -559,11 +546,14 @@ def core_circuit() -> Circuit:
         hib = pa[1].n
         prog["cinst"] = (B.memory(c, "cinst_lo", 1, 7, 0, 0, pa[0], we=hot["wi"]).outputs[0],
                          B.memory(c, "cinst_hi", 1, hib, 0, 0, pa[1], we=hot["wi"]).outputs[0])
+        # the current PC's bank as a one-hot: each program bank's read is enabled by its entry, so
+        # the 15 banks of a program memory share one read field (W: 2 x wbits, not 30 x wbits)
+        prog["rd"] = (prog["cinst"][0], B.bank_select(c, "cbank", prog["cinst"][1]).outputs[0])
         held = [B.memory(c, f"hold_{k}", 1, n, 0, 0, [d], we=hot[k], reset=hot["pa"]).outputs[0]
                 for k, n, d in (("pc", sum(x.n for x in cword), cword), ("pd", 6, [preg, pwf]),
                                 ("ps", PS_BITS, ps_in))]
         cw, prog["dest"], prog["ps"], prog["pq"] = B.banked_memory(
-            c, "pctl", PCS, held[0].n + 6 + PS_BITS + PQ_BITS, addr, prog["cinst"], held + [pq_in], we=hot["pq"],
+            c, "pctl", PCS, held[0].n + 6 + PS_BITS + PQ_BITS, addr, prog["rd"], held + [pq_in], we=hot["pq"],
             parts=[("pcw", held[0].n), ("pdst", 6), ("ps", PS_BITS), ("pq", PQ_BITS)]).outputs
         prog["addr"] = addr
         return cw
@@ -578,7 +568,7 @@ def core_circuit() -> Circuit:
 
     # the datapath's words at the same address: the operation and the memory access (written at
     # <pm>, the operation held since <po>), the immediate (at <pe>, its chunks held since <pi>)
-    waddr, raddr = prog["addr"], prog["cinst"]
+    waddr, raddr = prog["addr"], prog["rd"]
     ps, pq = prog["ps"], prog["pq"]
     ibuf = [B.memory(c, f"ibuf{k}", 1, R.chunk_bits(k), 0, 0,
                      [[pix9, pix2] if R.chunk_bits(k) == R.PAYLOAD else [pix9]],
@@ -654,13 +644,17 @@ def core_circuit() -> Circuit:
 
     # ---- operand fetch: three read ports per lane on copies of the register file; each copy in
     # banks of 4 groups (a head per lane and bank), read together: only the addressed bank's read
-    # is enabled, and a disabled read is an exact zero, so the banks' reads add up. Each head is a
-    # memory of its own (`{port}{bank}_{lane}`), so the scheduler packs 15 a layer, not 3 ports of 4 --
+    # is enabled, and a disabled read is an exact zero, so the banks' reads add up, in one shared
+    # read field per port and lane (`{port}_{lane}_r`: W grows by a lane's word, not a bank's). Each
+    # head is a memory of its own (`{port}{bank}_{lane}`), so the scheduler packs 15 a layer.
     def port(name, addr, wbits, data, re: Field):
-        reads = [[B.memory(c, f"{name}{rb}_{j}", R.SLOTS, wbits, r.rf_addr, addr, [data[j]],
-                           we=r.rf_we_bank[rb][j], blank=r.rf_blank[j], reset=hot["blk"],
-                           re=re.bit(rb)).outputs[0] for j in range(LANES)] for rb in range(nrb)]
-        return [_BankedRead(f"{name}{j}", [rd[j] for rd in reads]) for j in range(LANES)]
+        reads = [c.new_field(rail3(f"{name}_{j}_r", wbits)) for j in range(LANES)]
+        for rb in range(nrb):
+            for j in range(LANES):
+                B.memory(c, f"{name}{rb}_{j}", R.SLOTS, wbits, r.rf_addr, addr, [data[j]],
+                         we=r.rf_we_bank[rb][j], blank=r.rf_blank[j], reset=hot["blk"],
+                         re=re.bit(rb), out=[reads[j]])
+        return reads
 
     rfa = port("rfa", ra["a"], R.WBITS, r.rf_data, ren["a"])
     rfb = port("rfb", ra["b"], R.WBITS, r.rf_data, ren["b"])

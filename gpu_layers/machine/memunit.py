@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 from gpu_layers.craft import blocks as B
 from gpu_layers.craft.blocks.base import MLPBuilder
-from gpu_layers.craft.fields import bits, dual, lsum, onehot
+from gpu_layers.craft.fields import bits, dual, lsum, onehot, rail3
 from gpu_layers.machine import memory_map as MM
 from gpu_layers.machine.regfile import PCS
 
@@ -264,16 +264,18 @@ def route(c, n, hot, ex, ad, val, has_next):
 
 
 def banks(c, o, hot):
-    """The 36 heads: {space: [rail3 read of bank b]}; a bank's read is enabled only where the
-    access reads it (route's `ren`), so the others read as exact zeros."""
+    """The 36 heads: {space: (rail3 read of the even banks, of the odd banks)}; a bank's read is
+    enabled only where the access reads it (route's `ren`: at most one even and one odd bank), so
+    the others read as exact zeros and a space's even banks share one read field, its odd ones
+    another (4 fields of 64 dims, not 36)."""
     out = {}
     for sp in MM.SPACES:
-        reads = []
+        reads = (c.new_field(rail3(f"{sp[0]}mem_even_r", 32)), c.new_field(rail3(f"{sp[0]}mem_odd_r", 32)))
         for b in range(MM.BANKS[sp]):
             data = o.dlo if b % 2 == 0 else o.dodd
-            reads.append(B.memory(c, f"{sp[0]}mem{b}", MM.ROWS, 32, o.srow, o.srow, data,
-                                  we=o.wuse[sp].bit(b), re=o.ren[sp].bit(b),
-                                  reset=hot["blk"] if sp == "shared" else None).outputs[0])
+            B.memory(c, f"{sp[0]}mem{b}", MM.ROWS, 32, o.srow, o.srow, data,
+                     we=o.wuse[sp].bit(b), re=o.ren[sp].bit(b),
+                     reset=hot["blk"] if sp == "shared" else None, out=[reads[b % 2]])
         out[sp] = reads
     return out
 
@@ -289,13 +291,13 @@ def load_word(c, o, reads):
     m = MLPBuilder(c, "mem_load")
     wide = o.wide.bit(0)
     for i in range(32):
-        ev = lsum(reads[sp][b].bit(i) for sp in MM.SPACES for b in range(0, MM.BANKS[sp], 2))
-        od = lsum(reads[sp][b].bit(i) for sp in MM.SPACES for b in range(1, MM.BANKS[sp], 2))
+        ev = lsum(reads[sp][0].bit(i) for sp in MM.SPACES)
+        od = lsum(reads[sp][1].bit(i) for sp in MM.SPACES)
         m.boolean(ldw, i, [(ev - 0.5, 0.5, 1.0), (od - wide - 0.5, 0.5, 1.0)])
         m.threshold(ldw, 32 + i, od + wide - 1.5, 0.5)
     sr = reads["shared"]
     enabled = lsum(o.ren["shared"].bit(b) for b in range(MM.BANKS["shared"]))
-    present = lsum(sr[b].present(0) for b in range(MM.BANKS["shared"]))
+    present = sr[0].present(0) + sr[1].present(0)
     m.threshold(ldu, 0, enabled - 2.0 * present - 0.5, 0.5)
     m.build()
     return ldw, ldu

@@ -25,7 +25,7 @@ from .base import MLPBuilder, finish, out_field
 def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
            data, we: list | Lin | None = None, re: Lin | None = None,
            reset: Lin | None = None, lanes: int | None = None, read: bool = True,
-           blank: list | Lin | None = None):
+           blank: list | Lin | None = None, out: list | None = None):
     """A memory port. Addresses: a onehot field, a binary (bits / rail3) field, an int (a constant
     slot) or None (slot 0). `data`: one entry per lane (a single field = one lane); an entry is a
     field or a list of fields whose bits are concatenated (low bits first) (bits, dual or rail3; an absent rail3
@@ -38,7 +38,32 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
 
     read=False: a write-only port (no read fields, no residual dims; raddr must be None): its
     contents live only in the layer's recurrent state, read from the cache by the inspection API
-    (gpu_layers.craft.state)."""
+    (gpu_layers.craft.state).
+
+    out: existing rail3 read fields (one per lane) to read into, shared with other ports that
+    read into them: every such port needs a read enable `re`, and the caller enables at most one
+    of them per token, so their reads add up to the enabled one's (a banked register file's
+    banks in one field per lane instead of one per bank: the residual's width)."""
+    if out is not None and (re is None or len(out) != (lanes or (1 if isinstance(data, Field) else len(data)))
+                            or any(f.enc != "rail3" or f.n != wbits for f in out)):
+        raise CircuitError(f"memory {name}: a shared read needs a read enable and one rail3 field of "
+                           f"{wbits} bits per lane")
+    port = _port(c, name, slots, wbits, waddr, raddr, data, we, re, reset, lanes, read, blank, out=out)
+    outs = port.out
+    st = MixerStage(name, [port], outs)
+    c.add_stage(st)
+    ins = [f for f in [waddr, raddr] if isinstance(f, Field)]
+    for d in port.data:
+        ins += d if isinstance(d, list) else [d]
+    blk = finish(c, name, "memory", ins, outs, [st], None, {"slots": slots, "wbits": wbits, "lanes": port.lanes})
+    blk.ref = MemoryModel(port)
+    return blk
+
+
+def _port(c: Circuit, name, slots, wbits, waddr, raddr, data, we, re, reset, lanes, read, blank,
+          out: list | None = None) -> MemoryPort:
+    """A validated MemoryPort (no stage yet); `out`: its read fields when they already exist (the
+    banks of a banked memory with a shared read), else new rail3 fields."""
     data = [data] if isinstance(data, Field) else list(data)
     lanes = lanes or len(data)
     if len(data) != lanes:
@@ -73,17 +98,10 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
             raise CircuitError(f"memory {name}: {what} address must be onehot or bits")
     if not read and (raddr is not None or re is not None):
         raise CircuitError(f"memory {name}: a write-only port takes no read address or read enable")
-    outs = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits)
-            for l in range(lanes)] if read else []
-    port = MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, outs, blank)
-    st = MixerStage(name, [port], outs)
-    c.add_stage(st)
-    ins = [f for f in [waddr, raddr] if isinstance(f, Field)]
-    for d in data:
-        ins += d if isinstance(d, list) else [d]
-    blk = finish(c, name, "memory", ins, outs, [st], None, {"slots": slots, "wbits": wbits, "lanes": lanes})
-    blk.ref = MemoryModel(port)
-    return blk
+    if out is None:
+        out = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits)
+               for l in range(lanes)] if read else []
+    return MemoryPort(name, slots, wbits, lanes, waddr, raddr, data, we, re, reset, out, blank)
 
 
 class MemoryModel:
@@ -162,7 +180,13 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
     enable we + [bank == b] - 1); every bank reads at the low address, and one MLP stage selects
     the addressed bank's word (absent reads as 0). Output: a `bits` field `name` (plus a dual
     `name_present` with with_present). Cost: ceil(slots / 2**low.n) ports in one mixer, then
-    2 * wbits * banks neurons (one bank: read_bits)."""
+    2 * wbits * banks neurons (one bank: read_bits).
+
+    A **one-hot read bank** (`bank_select`'s output, entries >= banks allowed) enables one bank's
+    read instead (its entry is the port's read enable: a disabled read is an exact 0), so the banks
+    share one rail3 read field and the MLP stage only re-digitizes it: 2 * wbits residual dims
+    and neurons instead of 2 * wbits * banks each (why: the program memories' banks were most of
+    the core's width). The banks then sit in one mixer stage, one layer."""
     from .logic import _select_term, mux
 
     (wlo, whi), (rlo, rhi) = waddr, raddr
@@ -173,6 +197,9 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
     if banks > 1 and (whi is None or rhi is None or (1 << min(whi.n, rhi.n)) < banks):
         raise CircuitError(f"banked memory {name}: {banks} banks need a bank address field")
     fields = data if isinstance(data, list) else [data]
+    if banks > 1 and rhi.enc == "onehot":
+        return _shared_read_banks(c, name, slots, wbits, waddr, raddr, fields, we, with_present, parts, banks,
+                                  bank_slots)
     ports = []
     for b in range(banks):
         web = we
@@ -200,6 +227,54 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
                  {"slots": slots, "wbits": wbits, "banks": banks, "bank_slots": bank_slots})
     blk.ref = BankedMemoryModel(bank_slots, banks, waddr, raddr, fields, outs, parts)
     return blk
+
+
+def _shared_read_banks(c, name, slots, wbits, waddr, raddr, fields, we, with_present, parts, banks, bank_slots):
+    """banked_memory with a one-hot read bank: one mixer stage of `banks` ports whose reads, each
+    enabled by its bank's entry, land in one shared rail3 field; one MLP stage re-digitizes it."""
+    from .logic import _select_term
+
+    (wlo, whi), (rlo, rhi) = waddr, raddr
+    if rhi.n < banks:
+        raise CircuitError(f"banked memory {name}: a one-hot read bank of {rhi.n} entries for {banks} banks")
+    if with_present:
+        raise CircuitError("banked memory: with_present is only implemented for one bank")
+    shared = out_field(c, f"{name}_r", "rail3", wbits)
+    ports = []
+    for b in range(banks):
+        sel, cnt = _select_term(whi, b)
+        web = (we if we is not None else Lin({}, 1.0)) + sel - float(cnt)
+        ports.append(_port(c, f"{name}_b{b}", min(bank_slots, slots), wbits, wlo, rlo, [fields],
+                           web, rhi.hot(b), None, None, True, None, out=[shared]))
+    st = MixerStage(name + "_banks", ports, [shared])
+    c.add_stage(st)
+    if parts is not None and sum(n for _, n in parts) != wbits:
+        raise CircuitError(f"banked memory {name}: parts must add up to {wbits} bits")
+    outs, rd = _split_read(c, name, None, [shared], parts or [(name, wbits)])
+    blk = finish(c, name, "banked_memory", [wlo, whi, rlo, rhi], outs, [st, rd], None,
+                 {"slots": slots, "wbits": wbits, "banks": banks, "bank_slots": bank_slots, "shared_read": True})
+    blk.ref = BankedMemoryModel(bank_slots, banks, waddr, raddr, fields, outs, parts)
+    return blk
+
+
+def bank_select(c: Circuit, name: str, bank: Field, n: int | None = None):
+    """The one-hot (n entries, default 2**bank.n) of a binary bank index, in one MLP stage: the read
+    bank of a banked memory whose banks share one read field (banked_memory)."""
+    from .logic import _select_term
+
+    n = n or (1 << bank.n)
+    out = out_field(c, name, "onehot", n)
+    mb = MLPBuilder(c, name)
+    for b in range(n):
+        s, cnt = _select_term(bank, b)
+        mb.threshold(out, b, s - (cnt - 0.5), 0.5)
+    st = mb.build()
+
+    def ref(v):
+        x = v[bank.name]
+        return {out.name: 0 if x is None or x < 0 else int(x)}
+
+    return finish(c, name, "bank_select", [bank], [out], [st], ref, {"n": n})
 
 
 def _split_read(c: Circuit, name: str, rhi, reads: list, parts: list) -> list:
