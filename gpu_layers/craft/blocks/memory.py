@@ -44,10 +44,6 @@ def memory(c: Circuit, name: str, slots: int, wbits: int, waddr, raddr,
     read into them: every such port needs a read enable `re`, and the caller enables at most one
     of them per token, so their reads add up to the enabled one's (a banked register file's
     banks in one field per lane instead of one per bank: the residual's width)."""
-    if out is not None and (re is None or len(out) != (lanes or (1 if isinstance(data, Field) else len(data)))
-                            or any(f.enc != "rail3" or f.n != wbits for f in out)):
-        raise CircuitError(f"memory {name}: a shared read needs a read enable and one rail3 field of "
-                           f"{wbits} bits per lane")
     port = _port(c, name, slots, wbits, waddr, raddr, data, we, re, reset, lanes, read, blank, out=out)
     outs = port.out
     st = MixerStage(name, [port], outs)
@@ -98,6 +94,9 @@ def _port(c: Circuit, name, slots, wbits, waddr, raddr, data, we, re, reset, lan
             raise CircuitError(f"memory {name}: {what} address must be onehot or bits")
     if not read and (raddr is not None or re is not None):
         raise CircuitError(f"memory {name}: a write-only port takes no read address or read enable")
+    if out is not None and (re is None or len(out) != lanes or any(f.enc != "rail3" or f.n != wbits for f in out)):
+        raise CircuitError(f"memory {name}: a shared read needs a read enable and one rail3 field of "
+                           f"{wbits} bits per lane")
     if out is None:
         out = [out_field(c, f"{name}_r{l}" if lanes > 1 else f"{name}_r", "rail3", wbits)
                for l in range(lanes)] if read else []
@@ -187,7 +186,7 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
     share one rail3 read field and the MLP stage only re-digitizes it: 2 * wbits residual dims
     and neurons instead of 2 * wbits * banks each (why: the program memories' banks were most of
     the core's width). The banks then sit in one mixer stage, one layer."""
-    from .logic import _select_term, mux
+    from .logic import mux
 
     (wlo, whi), (rlo, rhi) = waddr, raddr
     if wlo.n != rlo.n:
@@ -202,10 +201,7 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
                                   bank_slots)
     ports = []
     for b in range(banks):
-        web = we
-        if banks > 1:
-            sel, cnt = _select_term(whi, b)
-            web = (we if we is not None else Lin({}, 1.0)) + sel - float(cnt)
+        web = _bank_we(we, whi, b) if banks > 1 else we
         ports.append(memory(c, f"{name}_b{b}" if banks > 1 else f"{name}_m", min(bank_slots, slots), wbits,
                             wlo, rlo, [fields], we=web))
     reads = [p.outputs[0] for p in ports]
@@ -229,11 +225,17 @@ def banked_memory(c: Circuit, name: str, slots: int, wbits: int, waddr: tuple, r
     return blk
 
 
+def _bank_we(we, whi, b: int) -> Lin:
+    """Bank b's write enable: the memory's (None: always) and [whi == b]."""
+    from .logic import _select_term
+
+    sel, cnt = _select_term(whi, b)
+    return (we if we is not None else Lin({}, 1.0)) + sel - float(cnt)
+
+
 def _shared_read_banks(c, name, slots, wbits, waddr, raddr, fields, we, with_present, parts, banks, bank_slots):
     """banked_memory with a one-hot read bank: one mixer stage of `banks` ports whose reads, each
     enabled by its bank's entry, land in one shared rail3 field; one MLP stage re-digitizes it."""
-    from .logic import _select_term
-
     (wlo, whi), (rlo, rhi) = waddr, raddr
     if rhi.n < banks:
         raise CircuitError(f"banked memory {name}: a one-hot read bank of {rhi.n} entries for {banks} banks")
@@ -242,10 +244,8 @@ def _shared_read_banks(c, name, slots, wbits, waddr, raddr, fields, we, with_pre
     shared = out_field(c, f"{name}_r", "rail3", wbits)
     ports = []
     for b in range(banks):
-        sel, cnt = _select_term(whi, b)
-        web = (we if we is not None else Lin({}, 1.0)) + sel - float(cnt)
         ports.append(_port(c, f"{name}_b{b}", min(bank_slots, slots), wbits, wlo, rlo, [fields],
-                           web, rhi.hot(b), None, None, True, None, out=[shared]))
+                           _bank_we(we, whi, b), rhi.hot(b), None, None, True, None, out=[shared]))
     st = MixerStage(name + "_banks", ports, [shared])
     c.add_stage(st)
     if parts is not None and sum(n for _, n in parts) != wbits:
