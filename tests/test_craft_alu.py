@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from gpu_layers.craft.assemble import compile_circuit
-from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, alu_ref
-from gpu_layers.craft.testing import TINY, alu_circuit, alu_operand_pairs, alu_rows, run_alu
+from gpu_layers.craft.blocks.alu import ALU_OPS, ALU_WIDTHS, OFF_RANGE_UNSPECIFIED, alu_ref
+from gpu_layers.craft.testing import (TINY, alu_circuit, alu_operand_pairs, alu_rows, encode_rows, run_alu,
+                                      run_paths)
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG
 from gpu_layers.interp import launch
 from gpu_layers.interp.snippets import kernel_ptx
@@ -198,6 +199,46 @@ def test_exact_with_dual_and_memory_read_operands():
     comp = compile_circuit(c, TINY)
     vals, r, q = alu_rows(np.random.default_rng(3), 4)
     _assert_exact(run_alu(comp, blk, vals, r, q, {"prefill": (32, 2048)}), "dual/rail3")
+
+
+def test_operands_outside_the_precondition_stay_on_code(tiny_alu):
+    """A lane that is not issued feeds its register slot to the ALU, and past 32 registers a slot
+    may hold a 64-bit value under a 32-bit op (f64_reduce's shr.s32 did: docs/machine.md §35).
+    Any 64-bit a and b, every op and width: every field of the ALU decodes strictly (one field
+    off its code moves the norm of the whole row), and r, q are alu_ref's except for the ops
+    named OFF_RANGE_UNSPECIFIED."""
+    comp, blk = tiny_alu
+    rng = np.random.default_rng(5)
+    cols = {"op": [], "width": [], "a": [], "b": [], "p": []}
+    for k in range(len(ALU_OPS)):
+        for wi, w in enumerate(ALU_WIDTHS):
+            for _ in range(32):
+                cols["op"].append(k)
+                cols["width"].append(wi)
+                for n in "ab":          # the sign bit at w set or clear, the bits above random
+                    x = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2))
+                    cols[n].append(x ^ (x & (1 << (w - 1))) if rng.random() < 0.3 else x)
+                cols["p"].append(int(rng.integers(0, 2)))
+    vals = {n: np.array(v, dtype=np.uint64).view(np.int64) if n in "ab" else np.array(v)
+            for n, v in cols.items()}
+    X = encode_rows(comp, vals)
+    n = len(X) // 64 * 64
+    flat = run_paths(comp, X[:n].reshape(n // 64, 64, -1), paths=("prefill",))["prefill"]
+    flat = flat.reshape(n, -1)
+    for name in comp.layout.fields:
+        if name.startswith(blk.name + "_"):
+            _, ok = comp.decode(name, flat)
+            assert ok.all(), f"{name} off its code in {int((~ok).sum())} rows"
+    rv, _ = comp.decode(blk.outputs[0].name, flat)
+    qv, _ = comp.decode(blk.outputs[1].name, flat)
+    checked = 0
+    for k in range(n):
+        op, w = ALU_OPS[vals["op"][k]], ALU_WIDTHS[vals["width"][k]]
+        if op not in OFF_RANGE_UNSPECIFIED:
+            want = alu_ref(op, w, int(vals["a"][k]) & M64, int(vals["b"][k]) & M64, int(vals["p"][k]))
+            assert (int(rv[k]) & M64, int(qv[k])) == want, (op, w, k)
+            checked += 1
+    assert checked > 2_000
 
 
 # The long sweep (1,000 random rows per op and width, 125,376 rows with the edges, in prefill and

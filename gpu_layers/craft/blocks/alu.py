@@ -20,6 +20,11 @@ any a (a conversion's source register may be wider or narrower than w); for the 
 u32 shift amount (b < 2**32; bits 32..63 are ignored). `alu_ref` is the definition on valid inputs
 (it masks every operand to its PTX type width, as the reference interpreter does).
 
+Outside the precondition (a lane that is not issued reads its register slot, which may hold a
+wider value: docs/machine.md §35) every field stays on its code, so the residual's norm does not
+move and the lane's flags keep their margins; r is then still alu_ref's for every op but
+OFF_RANGE_UNSPECIFIED (the compares, min/max, clz and mquad read a's and b's high bits).
+
   mov_a, zext     r = a                      (zext: the source was already zero-extended)
   add, sub        r = a + b, a - b
   and, or, xor    bitwise; not_a: r = ~a
@@ -109,6 +114,8 @@ STEPS = ("mstep", "dstep")
 QUAD = ("mquad",)                   # 4a + a multiple of b: the adder's first operand is 4a
 TRIP = ("mtrip",)                   # 2a + b into the high half, a's low half kept
 SEXT = {"sext8": 8, "sext16": 16, "sext32": 32}
+OFF_RANGE_UNSPECIFIED = frozenset({o for o in ALU_OPS if o.startswith(("setp_", "min_", "max_"))}
+                                  | {"clz", "mquad"})
 ZEXT = {"zext8": 8, "zext16": 16, "zext32": 32}
 
 
@@ -292,7 +299,9 @@ def alu(c: Circuit, op: Field, width: Field, a: Field, b: Field, p: Field, name:
         m = match((4, 5), v)
         for i in range(16 * v, N):
             s1.step(m + A(i - 16 * v) - 2.5, 0.5, [(x1, i, 1.0)], [O("shl")])
-            s1.step(m + A(63 - (i - 16 * v)) - 2.5, 0.5, [(x1, i, 1.0)], [O(*SHR)])
+            k = 63 - (i - 16 * v)   # a's bits at or above w never enter a right shift: the
+            #                         sign fill below writes those positions (exclusive for any a)
+            s1.step(m + A(k) - 2.5, 0.5, [(x1, i, 1.0)], [O(*SHR)] + ([allow(k)] if k >= 16 else []))
         for w in ALU_WIDTHS:        # shr_s: sign extension to 64 bits and the vacated low positions
             top = min(N - 1, N - 1 - w + 16 * v)
             if top >= 0:
