@@ -1,12 +1,14 @@
 """The assembler: a pipeline of named passes from a `Circuit` to a `CompiledMachine`.
 
-    validate -> schedule -> track_norms -> write_layers -> vocabulary -> machine
+    validate -> schedule -> recycle -> track_norms -> write_layers -> vocabulary -> machine
 
 * validate: every stage reads only fields that exist and fits one layer; addresses fit the key
   head; read enables are exact-zero flags; tokens carry every input field.
 * schedule: list scheduling in dependency order at half-layer granularity (layer L's mixer is
   depth position 2L, its MLP 2L+1); a stage goes to the earliest position of its kind after all its
   producers where the layer's budget (neurons; key head groups) still has room.
+* recycle (circuits with `recycle` set; recycle.py): physical dims for the circuit's dims, a dead
+  field's dims carrying a later field after an MLP step subtracts the dead value.
 * track_norms: the sum of squares of the residual at each of the 2 norms of each layer and at the
   final norm, from the fields alive there (refuses data-dependent norms).
 * write_layers: the Qwen3.5 tensors (LAYER_KEYS) of every layer, each weight written from fields to
@@ -25,6 +27,7 @@ from . import physics as P
 from .circuit import Circuit, CircuitError, MemoryPort, MLPStage
 from .compiled import LAYER_KEYS, CompiledMachine
 from .fields import Lin
+from .recycle import Recycling, recycle
 
 SHAPE_KEYS = ("intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
               "linear_value_head_dim", "linear_conv_kernel_dim", "rms_norm_eps")
@@ -119,6 +122,13 @@ class Compiled:
     position: dict[str, int]
     machine: CompiledMachine
     sumsq: dict[str, float]
+    recycling: Recycling
+
+    def dims(self, name: str) -> np.ndarray:
+        """The physical residual dims of a field (the recycle pass may scatter and share them: a
+        recycled field's value is only there while it lives)."""
+        f = self.layout.fields[name]
+        return self.recycling.dmap[f.start:f.stop]
 
     @property
     def layout(self):
@@ -129,10 +139,14 @@ class Compiled:
         return len(self.plans)
 
     def encode(self, values: dict) -> np.ndarray:
-        return self.layout.encode(values)
+        """One physical residual row (width without the text flag) from {field: value}."""
+        x = np.zeros(self.recycling.width)
+        for name, v in {"one": 1, **values}.items():
+            x[self.dims(name)] = self.layout.fields[name].encode(v)
+        return x
 
     def decode(self, name, raw):
-        return self.layout.decode(name, raw)
+        return self.layout.fields[name].decode(np.asarray(raw)[..., self.dims(name)])
 
     def port(self, name: str) -> PortPlacement:
         """The layer and value heads of the memory port `name` (its recurrent state: gpu_layers.craft.state)."""
@@ -334,11 +348,12 @@ def track_norms(c: Circuit, nlayers: int) -> dict[str, float]:
     return out
 
 
-def _row(lin: Lin, one: int, W: int, scale: float = 1.0, extra: float = 0.0) -> np.ndarray:
+def _row(lin: Lin, one: int, W: int, scale: float = 1.0, extra: float = 0.0, dmap=None) -> np.ndarray:
+    """A weight row over physical dims (dmap: circuit dim -> physical dim; None = the same)."""
     r = np.zeros(W)
     for d, v in lin.coef.items():
-        r[d] += scale * v
-    r[one] += scale * lin.const + extra
+        r[d if dmap is None else dmap[d]] += scale * v
+    r[one if dmap is None else dmap[one]] += scale * lin.const + extra
     return r
 
 
@@ -346,15 +361,15 @@ def _norm_weight(ss: float, W: int, eps: float) -> np.ndarray:
     return np.full(W, math.sqrt(ss / W + eps) - 1.0)
 
 
-def _addr_rows(f, slots: int, one: int, W: int) -> list[np.ndarray]:
+def _addr_rows(f, slots: int, one: int, W: int, dmap=None) -> list[np.ndarray]:
     """Key/query pre-activations, one row per slot: KEY_L at the addressed slot, <= -KEY_L or 0 elsewhere."""
     rows = []
     for j in range(slots):
         if f is None or isinstance(f, int):
             k = 0 if f is None else f
-            rows.append(_row(Lin({}, 1.0 if j == k else 0.0), one, W, P.KEY_L))
+            rows.append(_row(Lin({}, 1.0 if j == k else 0.0), one, W, P.KEY_L, dmap=dmap))
         elif f.enc == "onehot":
-            rows.append(_row(f.hot(j), one, W, P.KEY_L) if j < f.n else np.zeros(W))
+            rows.append(_row(f.hot(j), one, W, P.KEY_L, dmap=dmap) if j < f.n else np.zeros(W))
         else:
             if j >= (1 << f.n):
                 rows.append(np.zeros(W))
@@ -362,15 +377,22 @@ def _addr_rows(f, slots: int, one: int, W: int) -> list[np.ndarray]:
             m = Lin()
             for i in range(f.n):
                 m = m + (f.bit(i) if (j >> i) & 1 else 1.0 - f.bit(i))
-            rows.append(_row(m - (f.n - 0.5), one, W, 2.0 * P.KEY_L))
+            rows.append(_row(m - (f.n - 0.5), one, W, 2.0 * P.KEY_L, dmap=dmap))
     return rows
 
 
 def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: float, W: int,
-                as_numpy: bool = False) -> dict:
+                as_numpy: bool = False, dmap=None) -> dict:
     """One layer's weights, computed in float64 and rounded once to float32: torch tensors, or
-    numpy arrays (as_numpy, for the fast executor: the same bits without a round trip)."""
+    numpy arrays (as_numpy, for the fast executor: the same bits without a round trip). dmap: the
+    recycle pass's circuit dim -> physical dim (None: the same)."""
+    if dmap is None:
+        dmap = np.arange(c.layout.width)
     one = c.layout.one.start
+    po = int(dmap[one])
+
+    def row(lin, scale=1.0, extra=0.0):
+        return _row(lin, one, W, scale, extra, dmap)
     I, nk, nv = s.intermediate_size, s.linear_num_key_heads, s.linear_num_value_heads
     dk, dv, K = s.linear_key_head_dim, s.linear_value_head_dim, s.linear_conv_kernel_dim
     kd, vd = nk * dk, nv * dv
@@ -388,17 +410,17 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
     # ---- mixer: memory ports + the constant head ---------------------------------------------
     if pl.mixer:
         g0, vh0 = 0, 0                               # constant head: key group 0, its first value head
-        qkv[g0 * dk + 0, one] = P.KEY_L
-        qkv[kd + g0 * dk + 0, one] = P.KEY_L
-        qkv[2 * kd + vh0 * dv + 0, one] = P.KEY_L
-        bb[vh0, one] = P.BETA_G
-        z[vh0 * dv + 0, one] = P.Z_GAIN
+        qkv[g0 * dk + 0, po] = P.KEY_L
+        qkv[kd + g0 * dk + 0, po] = P.KEY_L
+        qkv[2 * kd + vh0 * dv + 0, po] = P.KEY_L
+        bb[vh0, po] = P.BETA_G
+        z[vh0 * dv + 0, po] = P.Z_GAIN
         comp = -0.5 / (math.sqrt(dv) * P.Z_GAIN)
         bph = dv // 2
         for p, groups, heads in mixer_heads(pl, s):
             nvh = len(heads)
-            qrows = _addr_rows(p.raddr, dk, one, W)
-            krows = _addr_rows(p.waddr, dk, one, W)
+            qrows = _addr_rows(p.raddr, dk, one, W, dmap)
+            krows = _addr_rows(p.waddr, dk, one, W, dmap)
             for g in groups:
                 for j in range(dk):
                     qkv[g * dk + j] = qrows[j]
@@ -415,23 +437,23 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
                         ip = i - lo
                         rp, rn = 2 * kd + vh * dv + 2 * ip, 2 * kd + vh * dv + 2 * ip + 1
                         # bits: +-100 x -> silu -> (100, -0); dual / rail3: 100 * (bit, not-bit)
-                        qkv[rp] = _row(dbits[i][0], one, W, P.KEY_L)
-                        qkv[rn] = _row(dbits[i][1], one, W, P.KEY_L)
+                        qkv[rp] = row(dbits[i][0], P.KEY_L)
+                        qkv[rn] = row(dbits[i][1], P.KEY_L)
                         if outf is None:         # write-only port: z = 0, the head's output is exactly 0
                             continue
-                        zr = _row(p.re, one, W, P.Z_GAIN) if p.re is not None else _row(Lin({}, 1.0), one, W, P.Z_GAIN)
+                        zr = row(p.re, P.Z_GAIN) if p.re is not None else row(Lin({}, 1.0), P.Z_GAIN)
                         z[vh * dv + 2 * ip] = zr
                         z[vh * dv + 2 * ip + 1] = zr
-                        A, B = outf.start + 2 * i, outf.start + 2 * i + 1
+                        A, B = dmap[outf.start + 2 * i], dmap[outf.start + 2 * i + 1]
                         out_proj[A, vh * dv + 2 * ip] += kappa
                         out_proj[B, vh * dv + 2 * ip + 1] += kappa
                         if p.offset is None or p.offset[lane]:      # once per read field (schedule)
                             out_proj[A, vh0 * dv] += comp
                             out_proj[B, vh0 * dv] += comp
                     we = p.we[lane]
-                    bb[vh] = _row(we - 0.5, one, W, 2 * P.BETA_G) if we is not None else _row(Lin({}, 1.0), one, W, P.BETA_G)
+                    bb[vh] = row(we - 0.5, 2 * P.BETA_G) if we is not None else row(Lin({}, 1.0), P.BETA_G)
                     if p.reset is not None:
-                        aa[vh] = _row(p.reset, one, W, P.RESET_A)
+                        aa[vh] = row(p.reset, P.RESET_A)
 
     # ---- MLP: threshold steps + one bias neuron ---------------------------------------------
     k = 0
@@ -439,21 +461,21 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
     for st in pl.mlp:
         for step in st.steps:
             sc = P.STEP_G / step.margin
-            gate[k] = _row(step.t, one, W, sc, P.STEP_K)
-            up[k, one] = 1.0 / P.STEP_K
-            gate[k + 1] = _row(step.t, one, W, sc)
-            up[k + 1, one] = 1.0 / P.STEP_K
+            gate[k] = row(step.t, sc, P.STEP_K)
+            up[k, po] = 1.0 / P.STEP_K
+            gate[k + 1] = row(step.t, sc)
+            up[k + 1, po] = 1.0 / P.STEP_K
             for d, v in step.out.items():
-                down[d, k] += v
-                down[d, k + 1] -= v
+                down[dmap[d], k] += v
+                down[dmap[d], k + 1] -= v
             k += 2
         for d, v in st.bias.items():
             bias[d] = bias.get(d, 0.0) + v
     if bias:
-        gate[k, one] = P.BIAS_K
-        up[k, one] = 1.0 / P.BIAS_K
+        gate[k, po] = P.BIAS_K
+        up[k, po] = 1.0 / P.BIAS_K
         for d, v in bias.items():
-            down[d, k] += v
+            down[dmap[d], k] += v
         k += 1
     assert k <= I
 
@@ -507,12 +529,16 @@ class SparseRows:
 _VOCAB_CHUNK = 2048
 
 
-def vocabulary(c: Circuit, W: int, sparse: bool = False):
+def vocabulary(c: Circuit, W: int, sparse: bool = False, dmap=None):
     """(token names, embedding rows, LM-head rows): torch float32 matrices, or SparseRows with
     sparse=True (the same float32 values: each row computed in float64 and rounded once)."""
     names = [n for n, _ in c.tokens] or ["<m:nop>"]
     toks = c.tokens or [("<m:nop>", {})]
     one = c.layout.one.start
+    if dmap is None:
+        dmap = np.arange(c.layout.width)
+    src = np.array([d for f in [c.layout.one, *c.inputs] for d in range(f.start, f.stop)], dtype=np.int64)
+    dst = dmap[src]                  # the embedding writes the inputs and one: born first, never shared
 
     def embed_rows(a, b):
         M = np.zeros((b - a, W), dtype=np.float32)
@@ -521,14 +547,14 @@ def vocabulary(c: Circuit, W: int, sparse: bool = False):
             v.update(toks[i][1])
             if not c.tokens:
                 v = {f.name: 0 for f in c.inputs}
-            M[i - a, :c.layout.width] = c.layout.encode(v)
+            M[i - a, dst] = c.layout.encode(v)[src]
         return M
 
     def unembed_rows(a, b):
         M = np.zeros((b - a, W), dtype=np.float32)
         for i in range(a, b):
             if names[i] in c.logits:
-                M[i - a] = _row(c.logits[names[i]], one, W)
+                M[i - a] = _row(c.logits[names[i]], one, W, dmap=dmap)
         return M
 
     n = len(toks)
@@ -548,16 +574,18 @@ def _passes(c: Circuit, s: Shapes, check: bool = True, sparse_vocab: bool = Fals
     plans, position = schedule(c, s)
     if not plans:
         plans = [LayerPlan()]
+    rec = (recycle(c, plans, position, s.intermediate_size) if c.recycle
+           else Recycling.identity(c.layout.width))
     sumsq = track_norms(c, len(plans))
-    W = c.layout.width + 1
-    names, embed, unembed = vocabulary(c, W, sparse=sparse_vocab)
+    W = rec.width + 1
+    names, embed, unembed = vocabulary(c, W, sparse=sparse_vocab, dmap=rec.dmap)
     final = torch.tensor(_norm_weight(sumsq["final"], W, s.rms_norm_eps), dtype=torch.float32)
-    return plans, position, sumsq, W, names, embed, unembed, final
+    return plans, position, sumsq, rec, names, embed, unembed, final
 
 
-def _layers(c: Circuit, s: Shapes, plans, sumsq, W, as_numpy=False):
+def _layers(c: Circuit, s: Shapes, plans, sumsq, rec, as_numpy=False):
     """The compiled layers, one at a time."""
-    return (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], W, as_numpy)
+    return (write_layer(c, s, pl, sumsq[f"{L}.input"], sumsq[f"{L}.post"], rec.width + 1, as_numpy, rec.dmap)
             for L, pl in enumerate(plans))
 
 
@@ -571,25 +599,28 @@ def compile_fast(c: Circuit, config, check: bool = True):
     from .fast import FastMachine
 
     s = Shapes.of(config)
-    plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check, sparse_vocab=True)
-    layers = _layers(c, s, plans, sumsq, W, as_numpy=True)
-    return FastMachine.streamed(s.asdict(), W, layers, embed, unembed, final), names
+    plans, _, sumsq, rec, names, embed, unembed, final = _passes(c, s, check, sparse_vocab=True)
+    layers = _layers(c, s, plans, sumsq, rec, as_numpy=True)
+    return FastMachine.streamed(s.asdict(), rec.width + 1, layers, embed, unembed, final), names
 
 
 def compile_circuit(c: Circuit, config) -> Compiled:
     """Run every pass; `config` is a Qwen3.5 text config (or a dict with its SHAPE_KEYS)."""
     s = Shapes.of(config)
-    plans, position, sumsq, W, names, embed, unembed, final = _passes(c, s)
+    plans, position, sumsq, rec, names, embed, unembed, final = _passes(c, s)
+    W = rec.width + 1
     flag = W - 1
-    layers = list(_layers(c, s, plans, sumsq, W))
+    layers = list(_layers(c, s, plans, sumsq, rec))
     for L, lay in enumerate(layers):                  # the text flag dim is never read
         for key in ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight", "linear_attn.in_proj_b.weight",
                     "linear_attn.in_proj_a.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"):
             assert not lay[key][:, flag].any(), (L, key)
     m = CompiledMachine(width=W, layers=layers, embed=embed, unembed=unembed, final_norm=final,
                         token_names=names, text_flag_dim=flag,
-                        fields={f.name: (f.start, f.stop) for f in c.layout.fields.values()},
+                        fields={f.name: (int(rec.dmap[f.start]), int(rec.dmap[f.start]) + f.dims)
+                                for f in c.layout.fields.values()
+                                if np.array_equal(rec.dmap[f.start:f.stop], rec.dmap[f.start] + np.arange(f.dims))},
                         layer_shapes=s.asdict())
     m.check()
     assert set(layers[0]) == set(LAYER_KEYS)
-    return Compiled(c, s, plans, position, m, sumsq)
+    return Compiled(c, s, plans, position, m, sumsq, rec)

@@ -178,6 +178,7 @@ class Circuit:
 
     def __init__(self, name: str = "circuit"):
         self.name = name
+        self.recycle = False        # whether the assembler reuses dead fields' residual dims (recycle.py)
         self.layout = Layout()
         self.inputs: list[Field] = []
         self.blocks: list[Block] = []

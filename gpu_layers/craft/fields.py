@@ -289,13 +289,15 @@ class Layout:
     """Allocates residual dims [0, W) to fields, in order, and knows when (in depth) each is born.
 
     Depth positions: -1 = the embedding; layer L's mixer writes at 2L, its MLP at 2L+1. A field is
-    written exactly once (SSA); it is alive at every later position. The norm before position p
-    sees every field born at a position < p.
+    written exactly once (SSA); it is alive at every later position, or until the recycle pass
+    subtracts it (`dies`). The norm before position p sees every field born at a position < p and
+    not subtracted before p.
     """
 
     def __init__(self):
         self.fields: dict[str, Field] = {}
         self.born: dict[str, int] = {}
+        self.dies: dict[str, int] = {}          # field -> the MLP position that subtracts it (recycle)
         self.width = 0
         self.add(one(), born=-1)
 
@@ -319,7 +321,7 @@ class Layout:
         self.born[name] = pos
 
     def alive_before(self, pos: int) -> list[Field]:
-        return [self.fields[n] for n, b in self.born.items() if b < pos]
+        return [self.fields[n] for n, b in self.born.items() if b < pos and self.dies.get(n, pos) >= pos]
 
     def sumsq_at(self, pos: int) -> float:
         """The residual's sum of squares seen by the norm in front of depth position `pos`."""

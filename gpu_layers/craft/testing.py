@@ -40,10 +40,9 @@ def encode_rows(comp: Compiled, values: dict[str, np.ndarray]) -> np.ndarray:
     if missing:
         raise ValueError(f"rows must carry every input field; missing {missing}")
     X = np.zeros((N, comp.machine.width))
-    X[:, comp.layout.one.start] = 1.0
+    X[:, comp.dims("one")] = 1.0
     for name, v in values.items():
-        f = comp.layout.fields[name]
-        X[:, f.start:f.stop] = f.encode_many(v)
+        X[:, comp.dims(name)] = comp.layout.fields[name].encode_many(v)
     return X
 
 
@@ -457,7 +456,7 @@ def run_alu(comp, blk, vals, r, q, shapes, dtype=torch.float32):
         if f.enc == "rail3":
             bit = (vals[f.name].view(np.uint64)[:, None] >> np.arange(f.n, dtype=np.uint64)) & np.uint64(1)
             bit = bit.astype(np.float64)
-            X[:, f.start:f.stop] = np.stack([bit - 0.5, 0.5 - bit], -1).reshape(len(bit), 2 * f.n)
+            X[:, comp.dims(f.name)] = np.stack([bit - 0.5, 0.5 - bit], -1).reshape(len(bit), 2 * f.n)
     res = {}
     for path, (Bsz, n) in shapes.items():
         h = run_paths(comp, X[:n].reshape(Bsz, n // Bsz, -1), dtype, (path,), model=model)[path]

@@ -28,7 +28,7 @@ from gpu_layers.errors import ExecutionError, OutOfBounds, StepBudgetExceeded
 
 _SOURCES = ("machine/core.py", "machine/memunit.py", "machine/memory_map.py", "machine/control.py",
             "machine/regfile.py", "craft/assemble.py", "craft/fast.py", "craft/fast_head.py",
-            "craft/circuit.py", "craft/fields.py", "craft/physics.py", "craft/blocks/alu.py",
+            "craft/circuit.py", "craft/fields.py", "craft/recycle.py", "craft/physics.py", "craft/blocks/alu.py",
             "craft/blocks/memory.py", "craft/blocks/base.py", "craft/blocks/logic.py")
 
 
