@@ -1,7 +1,8 @@
-"""How much of the machine core's residual width W is live at once: the bound on what reusing
-residual dims could save (a field is written once, at its stage's half-layer, and dead after the
-last stage or logit that reads it; its dims could then hold a later field, once an MLP stage
-has subtracted the dead value: the residual is a sum, and a norm sees every dim).
+"""How much of the machine core's circuit width is live at once: the lower bound for the recycle
+pass (gpu_layers/craft/recycle.py), which reuses a dead field's dims for a later field once an
+MLP stage has subtracted the dead value (a field is written once, at its stage's half-layer, and
+dead after the last stage or logit that reads it). Runs on the circuit's own dims, before
+recycling.
 
     .venv/bin/python scripts/residual_liveness.py [--top 15]
 

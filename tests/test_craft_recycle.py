@@ -2,8 +2,8 @@
 
 A chain of adders, xors and a memory read, where each value dies a few stages after it is born,
 compiled with and without recycling: the recycled machine is narrower, its zeroings subtract every
-dead field whose dims a later field takes, and the final value is exact on both paths (prefill,
-and token by token with the cache), decoded strictly."""
+dead field whose dims a later field takes, the final value is exact on both paths (prefill, and
+token by token with the cache), decoded strictly, and a freed dim holds at most RESIDUE."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +13,7 @@ from gpu_layers.craft import blocks as B
 from gpu_layers.craft.assemble import compile_circuit
 from gpu_layers.craft.circuit import Circuit
 from gpu_layers.craft.fields import bits, lsum, onehot
-from gpu_layers.craft.recycle import tolerances
+from gpu_layers.craft.recycle import RESIDUE, tolerances
 from gpu_layers.craft.testing import TINY, encode_rows, run_paths
 
 M = (1 << 16) - 1
@@ -93,3 +93,10 @@ def test_recycled_chain_is_exact(compiled, path):
     got, ok = rec.decode(out.name, h)
     assert ok.all()
     assert np.array_equal(got, [reference(int(x), int(y)) for x, y in zip(a, b)])
+    # dims a zeroing freed that no later field took: what is left there is the residue
+    R, L = rec.recycling, rec.layout
+    freed = {int(R.dmap[d]) for n in R.zeroings for d in range(L.fields[n].start, L.fields[n].stop)}
+    live = {int(d) for n, f in L.fields.items() if n not in R.zeroings for d in R.dmap[f.start:f.stop]}
+    idle = sorted(freed - live)
+    assert idle
+    assert np.abs(h[:, idle]).max() <= RESIDUE, np.abs(h[:, idle]).max()

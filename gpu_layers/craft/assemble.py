@@ -101,7 +101,7 @@ class LayerPlan:
 
     def neurons(self) -> int:
         n = sum(st.neurons for st in self.mlp)
-        return n + (1 if any(st.bias for st in self.mlp) else 0)
+        return n + (1 if any(st.bias or st.linear for st in self.mlp) else 0)
 
     def groups(self, s: Shapes) -> int:
         g = sum(port_heads(p, s)[1] for st in self.mixer for p in st.ports)
@@ -159,12 +159,13 @@ class Compiled:
         raise KeyError(f"no memory port named {name!r}")
 
     def step_ranges(self) -> dict[str, float]:
-        """Per MLP stage: the largest max|t|/margin of its steps (see Step.range)."""
+        """Per MLP stage: the largest max|t|/margin of its steps (see Step.range); inf for a stage with
+        linear neurons (exact at the scale of their lift in fp32 only)."""
         maxabs = {}
         for f in self.layout.fields.values():
             for d in range(f.start, f.stop):
                 maxabs[d] = 0.5 if f.enc == "rail3" else 1.0
-        return {st.name: max((x.range(maxabs) for x in st.steps), default=0.0)
+        return {st.name: (math.inf if st.linear else max((x.range(maxabs) for x in st.steps), default=0.0))
                 for pl in self.plans for st in pl.mlp}
 
     def bf16_unsafe(self) -> list[str]:
@@ -469,6 +470,13 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
                 down[dmap[d], k] += v
                 down[dmap[d], k + 1] -= v
             k += 2
+        for ln in st.linear:                         # silu(t + lift) * one, on silu's identity
+            gate[k] = row(ln.t, 1.0, ln.lift)
+            up[k, po] = 1.0
+            for d, v in ln.out.items():
+                down[dmap[d], k] += v
+                bias[d] = bias.get(d, 0.0) - v * ln.lift
+            k += 1
         for d, v in st.bias.items():
             bias[d] = bias.get(d, 0.0) + v
     if bias:

@@ -6,7 +6,9 @@ Two primitive stages exist, one per half of a decoder layer:
   `t` of fields (margin m: |t| >= m on every valid input) that adds `out[d]` to residual dim d when
   true. It costs 2 neurons: (silu(G t/m + K) - silu(G t/m)) / K is exactly 0 when false and 1 (up
   to rounding) when true, whatever the input's analog error inside the margin, so every stage
-  re-digitizes. Constant outputs come from one shared bias neuron per layer.
+  re-digitizes. Constant outputs come from one shared bias neuron per layer. A stage may also
+  hold `Linear` neurons (one each: an exact-identity silu adding a multiple of a linear form, in
+  fp32 only), which the recycle pass uses to subtract dead fields.
 * `MixerStage` (a Gated DeltaNet mixer): `MemoryPort`s. A port is a DeltaNet memory of `slots`
   words of `wbits` bits per lane (one value head per lane, or several for wide words), stored
   dual-rail; one-hot keys address it; per-lane beta is the write enable; z the read enable; the
@@ -46,20 +48,33 @@ class Step:
 
 
 @dataclass
+class Linear:
+    """A linear output: adds out[d] * t to dim d. One neuron, silu(t + lift) * one, on silu's
+    exact identity (t + lift >= 17 on every valid input), and the bias neuron's -lift * out[d];
+    exact up to fp32 rounding at the scale of lift (about 1e-6 for lift ~ 20), in fp32 only. The
+    recycle pass subtracts dead fields with these: the result does not depend on how far off its
+    code the dead value was."""
+    t: Lin
+    lift: float
+    out: dict[int, float]
+
+
+@dataclass
 class MLPStage:
     name: str
     steps: list[Step]
     bias: dict[int, float]
     outputs: list[Field]
     kind: str = "mlp"
+    linear: list[Linear] = dc_field(default_factory=list)
 
     @property
     def neurons(self) -> int:
-        return 2 * len(self.steps)
+        return 2 * len(self.steps) + len(self.linear)
 
     def input_dims(self) -> set[int]:
         s = set()
-        for st in self.steps:
+        for st in [*self.steps, *self.linear]:
             s |= st.t.dims()
         return s
 

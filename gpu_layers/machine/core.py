@@ -527,7 +527,7 @@ def check_core(fm, ids: dict, names: list[str], n_prompt: int, kinds: list[str])
 def core_circuit() -> Circuit:
     """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
-    c.recycle = True            # dead fields' dims carry later fields (craft/recycle.py): W 15,625 -> 8,148
+    c.recycle = True            # dead fields' dims carry later fields (craft/recycle.py): W 15,625 -> 5,650
     # ---- prompt inputs and the program ----------------------------------------------------------
     po_in = c.input(bits("po_in", PO_BITS), default=0)
     ps_in = c.input(bits("ps_in", PS_BITS), default=0)
