@@ -1,8 +1,9 @@
 """A compiled machine as one compressed file of its nonzero weights, and the stock model built
 from that file.
 
-Why: the core's machine-only stock model is about 60 GB of fp32 (hidden W 20,270, 20 layers of
-intermediate 6,144), more than the machine that compiles it holds, yet almost every weight is zero.
+Why: the core's machine-only stock model is about 21 GB of fp32 (hidden W 5,650, 24 layers of
+intermediate 6,144, a vocabulary of 130,569), more than the machine that compiles it can spare, yet
+almost every weight is zero.
 The file holds each compiled tensor's nonzero entries (flat index, float32 value: the values
 `compile_fast` and `compile_circuit` write, bit for bit), the vocabulary's rows as CSR and the
 final norm: a few MB that travel to a machine with room for the dense model (a GPU), where
@@ -85,8 +86,9 @@ def write_circuit(c, config, path, check: bool = False):
     from .assemble import Shapes, _layers, _passes
 
     s = Shapes.of(config)
-    plans, _, sumsq, W, names, embed, unembed, final = _passes(c, s, check, sparse_vocab=True)
-    save(path, s.asdict(), W, _layers(c, s, plans, sumsq, W, as_numpy=True), embed, unembed, final, names)
+    plans, _, sumsq, rec, names, embed, unembed, final = _passes(c, s, check, sparse_vocab=True)
+    save(path, s.asdict(), rec.width + 1, _layers(c, s, plans, sumsq, rec, as_numpy=True), embed, unembed, final,
+         names)
     return len(plans)
 
 
