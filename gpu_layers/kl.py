@@ -1,16 +1,21 @@
 """KL(original || spliced) on real text, measured on what users load.
 
 `python -m gpu_layers kl --host H --text FILE --machine NAME [--dtype float32|bfloat16] [--out DIR]`:
+(`python -m gpu_layers kl --checkpoint DIR --text FILE` measures an existing build instead: step 4
+only, against the host its manifest names, loaded again)
 
 1-3. build exactly as `python -m gpu_layers build` does (`gpu_layers.build.splice_host`): compile
    the named machine for the host's layer budgets (`gpu_layers.craft.machines`; an unknown name or
    a machine that does not fit is an error, nothing falls back to another machine), load the host
    (`gpu_layers.hosts.load_host`) in `--dtype` (float32 by default: measurement), splice, the text
    flag sized from the host's residual measured on the built-in calibration text
-   (`gpu_layers.splice.size_text_flag`), then SAVE the checkpoint (`gpu_layers.build.save_build`:
-   checkpoint, tokenizer files, manifest; to `--out` or a temporary directory) and RELOAD it with
-   stock `AutoModelForCausalLM.from_pretrained` (no custom code); the in-memory spliced model is
-   dropped before the reload (the host is kept: it is the reference);
+   (`gpu_layers.splice.size_text_flag`), written in place into the checkpoint's shards (to `--out`
+   or a temporary directory), then SAVE the rest (`gpu_layers.build.save_build`: configs,
+   tokenizer files, manifest) and RELOAD it with stock `AutoModelForCausalLM.from_pretrained` (no
+   custom code); the spliced model is dropped before the reload (the host is kept: it is the
+   reference). On the CPU, from_pretrained maps float32 shards rather than copying them, so a
+   checkpoint bigger than memory (the tiny-2b-layers host with `core`: about 36 GB) is measured
+   with the page cache holding what the forward pass reads;
 4. measure on the reloaded model, every position of the tokenized text.
 
 Definition (per position t of the tokenized text, every position counted):
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -97,7 +103,7 @@ def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: 
     """Build (gpu_layers.build.splice_host, keeping the host), save (gpu_layers.build.save_build:
     the same files `python -m gpu_layers build` writes), reload (stock transformers) and measure;
     returns the statistics and the setup."""
-    from gpu_layers.build import save_build, splice_host
+    from gpu_layers.build import check_out_dir, save_build, splice_host
     from gpu_layers.hosts import host_tokenizer
     from gpu_layers.splice import load_spliced
 
@@ -107,10 +113,14 @@ def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: 
     ids = host_tokenizer(host).encode(text)[:max_tokens]
     if len(ids) < 2:
         raise QwenGPUError("the text has fewer than 2 tokens")
-    built = splice_host(host, machine, dtype=dtype, keep_host=True)
-    original, info = built.host, built.spliced.splice_info
     with tempfile.TemporaryDirectory(prefix="qwengpu-kl-") as tmp:
-        path = Path(out) if out else Path(tmp)
+        path = Path(tmp)
+        if out:
+            path = check_out_dir(out, force=True)       # new, empty, or a previous build: replaced
+            if path.is_dir():
+                shutil.rmtree(path)
+        built = splice_host(host, machine, dtype=dtype, keep_host=True, out_dir=path)
+        original, info = built.host, built.spliced.splice_info
         save_build(built, path)
         built.spliced = None
         gc.collect()
@@ -120,8 +130,36 @@ def run(host: str, text: str, machine: str, dtype: str = "float32", max_tokens: 
         stats = kl_stats(original, reloaded, ids)
         stats["loaded_class"] = type(reloaded).__name__
         del reloaded
+    return _with_setup(stats, host, dtype, built.description, str(out) if out else None, info)
+
+
+def run_on_checkpoint(checkpoint, text: str, max_tokens: int = 4096) -> dict:
+    """Measure a checkpoint `python -m gpu_layers build` wrote, against its host (named in its
+    manifest and loaded again: a built-in host is the same seeded draw), in the build's dtype."""
+    from gpu_layers.build import read_manifest
+    from gpu_layers.hosts import host_tokenizer, load_host
+    from gpu_layers.splice import load_spliced
+
+    man = read_manifest(checkpoint)
+    host, dtype = man["host"], man["dtype"]
+    ids = host_tokenizer(host).encode(text)[:max_tokens]
+    if len(ids) < 2:
+        raise QwenGPUError("the text has fewer than 2 tokens")
+    original = load_host(host, dtype=DTYPES[dtype])
+    reloaded = load_spliced(checkpoint)              # stock AutoModelForCausalLM.from_pretrained
+    info = reloaded.splice_info
+    if info is None or info.token_names != man["token_names"]:
+        raise QwenGPUError(f"{checkpoint}: its splice json does not match its manifest")
+    stats = kl_stats(original, reloaded, ids)
+    stats["loaded_class"] = type(reloaded).__name__
+    desc = (f"{man['machine']}: {man['machine_description']}; {info.n_compiled_layers} compiled layers, "
+            f"W={info.machine_width}, {info.machine_vocab} machine tokens")
+    return _with_setup(stats, host, dtype, desc, str(checkpoint), info)
+
+
+def _with_setup(stats: dict, host: str, dtype: str, machine: str, checkpoint, info) -> dict:
     stats.update({
-        "host": host, "dtype": dtype, "machine": built.description, "checkpoint": str(out) if out else None,
+        "host": host, "dtype": dtype, "machine": machine, "checkpoint": checkpoint,
         "machine_width": info.machine_width, "machine_vocab": info.machine_vocab,
         "compiled_layers": info.n_compiled_layers, "flag_location": info.flag_location,
         "flag_value": info.flag_value, "suppression": info.suppression, "norm_mode": info.norm_mode,
@@ -158,7 +196,14 @@ def main(args) -> int:
         raise QwenGPUError(f"{args.text} is not UTF-8 text: {e}") from e
     if args.max_tokens < 2:
         raise QwenGPUError("--max-tokens must be at least 2")
-    stats = run(args.host, text, args.machine, dtype=args.dtype, max_tokens=args.max_tokens, out=args.out)
+    if args.checkpoint:
+        if args.out:
+            raise QwenGPUError("--out writes a new build; --checkpoint measures an existing one: give one of them")
+        stats = run_on_checkpoint(args.checkpoint, text, max_tokens=args.max_tokens)
+    elif not (args.host and args.machine):
+        raise QwenGPUError("give --host and --machine (build, then measure), or --checkpoint DIR (measure a build)")
+    else:
+        stats = run(args.host, text, args.machine, dtype=args.dtype, max_tokens=args.max_tokens, out=args.out)
     print(json.dumps(stats) if args.json else format_table(stats))
     sys.stdout.flush()
     return 0

@@ -95,6 +95,7 @@ from pathlib import Path
 import torch
 
 from gpu_layers.craft.compiled import LAYER_KEYS, CompiledMachine
+from gpu_layers.craft.streamed import column_nonzero, rows
 from gpu_layers.errors import QwenGPUError
 from gpu_layers.hosts import calibration_ids, fresh_rotary
 
@@ -182,34 +183,48 @@ def expected_layer_shapes(cfg, width: int) -> dict[str, tuple]:
 
 
 def check_machine(machine: CompiledMachine, cfg) -> None:
-    """Fail fast, listing every problem: shapes against the host's layer budgets, the flag dim."""
+    """Fail fast, listing every problem: shapes against the host's layer budgets, the flag dim.
+    A streamed machine (craft.streamed: its layers are written on demand) has its layers checked
+    by check_layer as the splice places them."""
     machine.check()
     W = machine.width
     problems = []
-    want = expected_layer_shapes(cfg, W)
-    for i, layer in enumerate(machine.layers):
-        for k in LAYER_KEYS:
-            if tuple(layer[k].shape) != want[k]:
-                problems.append(f"compiled layer {i}: {k} has shape {tuple(layer[k].shape)}, host budget needs {want[k]}")
     fd = machine.text_flag_dim
     if fd is None or not 0 <= fd < W:
         problems.append(f"text_flag_dim must be a machine dim in [0, {W}), got {fd}")
-    elif not problems:
+        fd = None
+    if not getattr(machine, "streamed", False):
         for i, layer in enumerate(machine.layers):
-            for k in _READS:
-                if k in layer and layer[k][:, fd].abs().max() != 0:
-                    problems.append(f"compiled layer {i}: {k} reads the text-flag dim {fd}")
-            for k in _WRITES:
-                if k in layer and layer[k][fd].abs().max() != 0:
-                    problems.append(f"compiled layer {i}: {k} writes the text-flag dim {fd}")
-        if machine.embed[:, fd].abs().max() != 0:
+            problems += check_layer(i, layer, cfg, W, fd)
+    if fd is not None and not problems:
+        if column_nonzero(machine.embed, fd):
             problems.append(f"machine embed rows set the text-flag dim {fd}")
-        if machine.unembed[:, fd].abs().max() != 0:
+        if column_nonzero(machine.unembed, fd):
             problems.append(f"machine unembed rows read the text-flag dim {fd}")
     for k, v in (machine.layer_shapes or {}).items():
         hv = getattr(cfg, k, None)
         if hv is not None and not isinstance(v, (dict, list)) and hv != v:
             problems.append(f"machine built for {k}={v}, host has {k}={hv}")
+    _raise_problems(problems)
+
+
+def check_layer(i: int, layer: dict, cfg, W: int, fd: int | None) -> list[str]:
+    """The problems of compiled layer i: shapes against the host's budgets, reads or writes of the
+    text-flag dim fd."""
+    want = expected_layer_shapes(cfg, W)
+    problems = [f"compiled layer {i}: {k} has shape {tuple(layer[k].shape)}, host budget needs {want[k]}"
+                for k in LAYER_KEYS if tuple(layer[k].shape) != want[k]]
+    if fd is not None and not problems:
+        for k in _READS:
+            if k in layer and layer[k][:, fd].abs().max() != 0:
+                problems.append(f"compiled layer {i}: {k} reads the text-flag dim {fd}")
+        for k in _WRITES:
+            if k in layer and layer[k][fd].abs().max() != 0:
+                problems.append(f"compiled layer {i}: {k} writes the text-flag dim {fd}")
+    return problems
+
+
+def _raise_problems(problems: list[str]) -> None:
     if problems:
         raise SpliceError("machine does not fit the host:" + "".join("\n  " + p for p in problems))
 
@@ -341,6 +356,31 @@ def _place(dst: torch.Tensor, src: torch.Tensor, scale: float = 1.0) -> None:
         dst[a:a + step].copy_(src[a:a + step].double().mul_(scale))
 
 
+def _place_nonzero_rows(dst: torch.Tensor, src: torch.Tensor, scale: float = 1.0) -> None:
+    """_place into a zeroed dst, skipping the all-zero rows of src (they are zero already): a
+    compiled layer's unused neurons and channels then stay holes of a checkpoint written in place
+    (splice's out_dir), and the bytes are the same."""
+    nz = src.reshape(src.shape[0], -1).ne(0).any(1).tolist()
+    a = 0
+    while a < len(nz):
+        if not nz[a]:
+            a += 1
+            continue
+        b = a
+        while b < len(nz) and nz[b]:
+            b += 1
+        _place(dst[a:b], src[a:b], scale)
+        a = b
+
+
+def _place_rows(dst: torch.Tensor, src, scale: float = 1.0, chunk: int = 4096) -> None:
+    """_place for a (V, n) matrix given as a tensor or as sparse rows (craft.streamed.rows), a
+    chunk of rows at a time: the core's vocabulary is never dense at once."""
+    for a in range(0, dst.shape[0], chunk):
+        b = min(a + chunk, dst.shape[0])
+        _place(dst[a:b], rows(src, a, b), scale)
+
+
 def spliced_config(host_cfg, machine: CompiledMachine, n_prefix: int):
     cfg = copy.deepcopy(host_cfg)
     cfg.hidden_size = host_cfg.hidden_size + machine.width
@@ -419,6 +459,10 @@ def plan_splice(host_model, machine: CompiledMachine, *, flag_value, suppression
 
 
 def _materialize(module):
+    """A module's parameters allocated and zeroed; a no-op when they are already bound (to the
+    zeroed views of a checkpoint written in place: splice's out_dir)."""
+    if not any(p.is_meta for p in module.parameters()):
+        return module
     module.to_empty(device="cpu")
     for p in module.parameters():
         p.zero_()
@@ -475,8 +519,8 @@ def place_vocabulary(model, host_model, machine: CompiledMachine, plan: SplicePl
     _place(emb[:Vh, :H], host_emb, plan.s_h)
     if plan.free_host:
         _release(host_model.model.embed_tokens)
-    _place(emb[Vh:, M], machine.embed, plan.s_m)
-    _place(lm[Vh:, M], machine.unembed)
+    _place_rows(emb[Vh:, M], machine.embed, plan.s_m)
+    _place_rows(lm[Vh:, M], machine.unembed)
     lm[Vh:, fd] = -plan.suppression
     fn = _materialize(model.model.norm).weight
     fn[:H] = plan.gains(host_model.model.norm.weight, H)
@@ -489,9 +533,14 @@ def place_vocabulary(model, host_model, machine: CompiledMachine, plan: SplicePl
 def place_compiled_layers(model, machine: CompiledMachine, plan: SplicePlan) -> None:
     """Compiled layers after the leading flag layers, on the machine dims only: reads as stored,
     writers scaled by s_m, norm gains rescaled from width W to H' (-1 on host dims). Every value is
-    rounded once to the spliced dtype (_place)."""
+    rounded once to the spliced dtype (_place). A streamed machine's layers are written one at a
+    time and checked (check_layer) before they are placed."""
     H, W, M = plan.H, plan.W, slice(plan.H, plan.Hp)
-    for j, layer in enumerate(machine.layers):
+    streamed = getattr(machine, "streamed", False)
+    for j in range(len(machine.layers)):
+        layer = machine.layers[j]
+        if streamed:
+            _raise_problems(check_layer(j, layer, model.config, W, machine.text_flag_dim))
         params = dict(_materialize(model.model.layers[plan.n_lead + j]).named_parameters())
         for k in LAYER_KEYS:
             src, p = layer[k], params[k]
@@ -499,9 +548,9 @@ def place_compiled_layers(model, machine: CompiledMachine, plan: SplicePlan) -> 
                 p[:H] = -1.0
                 p[M] = plan.gains(src, W)
             elif k in _READS:
-                _place(p[:, M], src)
+                _place_nonzero_rows(p[:, M], src)
             elif k in _WRITES:
-                _place(p[M], src, plan.s_m)
+                _place_nonzero_rows(p[M], src, plan.s_m)
             else:
                 _place(p, src)
         if plan.free_machine:       # placed: the float32 compiled tensors of this layer are not needed again
@@ -561,7 +610,8 @@ def finish(model, machine: CompiledMachine, plan: SplicePlan):
 @torch.no_grad()
 def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = None,
            suppression: float | None = None, calibration_ids=None, flag_layer: str = "auto", dtype=None,
-           free_host: bool = False, norm_mode: str = "scale_residual", free_machine: bool = False):
+           free_host: bool = False, norm_mode: str = "scale_residual", free_machine: bool = False,
+           out_dir=None):
     """Host + machine -> one Qwen3_5ForCausalLM (stock class). Returns the model; `model.splice_info`
     (a SpliceInfo, also stored in `model.config.qwengpu`) maps machine token names to ids.
 
@@ -586,17 +636,37 @@ def splice(host_model, machine: CompiledMachine, *, flag_value: float | None = N
     included. "rescale_gains" (DESIGN section 5's recipe) leaves the residual as is; the shared eps
     then acts as eps * H'/n, a relative error eps (H'/n - 1) / (2 mean(x^2)) per norm that grows
     with the machine's width and for hosts with a small residual (measured in the module doc).
+    out_dir: write the parameters in place into safetensors shards there (bind_to_files): the
+    model's tensors are views of the files, so a model bigger than memory can be built;
+    save_spliced(model, out_dir) then adds the config and the splice's json.
     """
     plan = plan_splice(host_model, machine, flag_value=flag_value, suppression=suppression,
                        calibration=calibration_ids, flag_layer=flag_layer, dtype=dtype,
                        free_host=free_host, norm_mode=norm_mode)
     plan.free_machine = free_machine
     model = build_meta_model(host_model.config, machine, plan)
+    if out_dir is not None:
+        bind_to_files(model, out_dir, plan.dtype)
     place_host_layers(model, host_model, plan)
     place_vocabulary(model, host_model, machine, plan)
     place_compiled_layers(model, machine, plan)
     write_text_flag(model, plan)
     return finish(model, machine, plan)
+
+
+def bind_to_files(model, out_dir, dtype) -> None:
+    """Every parameter of the (meta) model replaced by a zeroed view of its bytes in safetensors
+    shards created in out_dir (gpu_layers.safetensors_files): the passes then write the checkpoint
+    in place, and the page cache, not the process, holds what is not being written."""
+    from gpu_layers import safetensors_files
+
+    named = list(model.named_parameters())
+    views = safetensors_files.create(out_dir, [(n, tuple(p.shape)) for n, p in named], dtype)
+    for name, _ in named:
+        mod_name, _, pname = name.rpartition(".")
+        mod = model.get_submodule(mod_name)
+        mod._parameters[pname] = torch.nn.Parameter(views.pop(name), requires_grad=False)
+    model._qwengpu_files = Path(out_dir).resolve()
 
 
 def _release(module) -> None:
@@ -605,9 +675,20 @@ def _release(module) -> None:
 
 
 def save_spliced(model, path, tokenizer=None) -> Path:
-    """save_pretrained (safetensors) + qwengpu_splice.json (names and ids of the machine tokens)."""
+    """save_pretrained (safetensors) + qwengpu_splice.json (names and ids of the machine tokens).
+    A model written in place (splice's out_dir) into `path` already has its shards there: only
+    the configs are written and the shards synced."""
     path = Path(path)
-    model.save_pretrained(str(path))
+    if getattr(model, "_qwengpu_files", None) == path.resolve():
+        from gpu_layers import safetensors_files
+
+        model.config.architectures = [type(model).__name__]
+        model.config.dtype = next(model.parameters()).dtype
+        model.config.save_pretrained(str(path))
+        model.generation_config.save_pretrained(str(path))
+        safetensors_files.sync(path)
+    else:
+        model.save_pretrained(str(path))
     info: SpliceInfo = model.splice_info
     d = info.summary()
     d["token_names"] = info.token_names

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -167,6 +168,10 @@ def du(d: Path) -> int:
     return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
 
 
+def disk_bytes(d: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", default="regfile-prefix")
@@ -177,7 +182,7 @@ def main() -> int:
     a = ap.parse_args()
 
     from gpu_layers.craft.machines import build_machine
-    from gpu_layers.splice import estimate_spliced_bytes
+    from gpu_layers.splice import estimate_spliced_bytes, expected_layer_shapes
 
     tmp = None if a.dir else tempfile.TemporaryDirectory(prefix="qwengpu-bench-", dir=os.environ.get("TMPDIR"))
     work = Path(a.dir or tmp.name)
@@ -190,7 +195,8 @@ def main() -> int:
         m = build_machine(a.machine, facts["config"])
         est = estimate_spliced_bytes(facts["config"], m.width, len(m.layers), m.vocab_size,
                                      bytes_per_param=2 if a.dtype == "bfloat16" else 4)
-        n_machine = sum(t.numel() for L in m.layers for t in L.values()) + m.embed.numel() + m.unembed.numel()
+        n_machine = len(m.layers) * sum(math.prod(s) for s in expected_layer_shapes(facts["config"], m.width).values()) \
+            + 2 * m.vocab_size * m.width                # shapes only: a streamed machine's layers are not written here
         del m
         print(f"[bench] building ({a.machine}, {a.dtype}) in a subprocess", file=sys.stderr)
         vars_ = {"HOST": str(host), "MACHINE": a.machine, "OUT": str(out), "DTYPE": a.dtype}
@@ -208,7 +214,7 @@ def main() -> int:
             ("machine", f"{a.machine}, {a.dtype}; compiled tensors {n_machine / 1e6:.0f} M values (float32 while building)"),
             ("spliced params (estimate)", f"{est['total'] / G:.2f} GiB: " + ", ".join(
                 f"{k} {v / G:.2f}" for k, v in est.items() if k != "total")),
-            ("build on disk", f"{du(out) / G:.2f} GiB"),
+            ("build on disk", f"{du(out) / G:.2f} GiB of files, {disk_bytes(out) / G:.2f} GiB of blocks (zeros are holes)"),
             ("build: peak RSS (VmHWM)", f"{b['VmHWM'] / G:.2f} GiB"),
             ("build: peak anonymous RSS", f"{b['peak_RssAnon'] / G:.2f} GiB (file-backed peak {b['peak_RssFile'] / G:.2f})"),
             ("build: wall time", f"{b['wall_s']:.0f} s"),

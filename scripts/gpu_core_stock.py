@@ -1,6 +1,7 @@
-"""The machine core through stock transformers, where the dense model fits (a GPU): the core's
-dense fp32 stock model is about 60 GB, more than this CPU machine holds, so the fast executor
-stands in for it here; this script checks the stock model itself on a machine with room.
+"""The machine core through stock transformers: the machine-only model built on a machine with
+room for it (a GPU: the core's dense fp32 model is about 21.5 GB), or a spliced checkpoint that
+`python -m gpu_layers build --machine core` wrote, loaded with stock from_pretrained (on the CPU it
+maps the shards, so a checkpoint bigger than memory runs, slowly).
 
 Two steps, the first on the machine that compiles the core, the second where the model fits:
 
@@ -16,6 +17,12 @@ Two steps, the first on the machine that compiles the core, the second where the
         --generate case's prompt and compares its tokens with the oracle's stream. Prints a table
         (case, tokens, positions checked, mismatches, first mismatch, seconds, tokens/s). Sequences
         longer than --segment tokens are prefilled in segments that carry the cache.
+
+    python3 scripts/gpu_core_stock.py check DIR --checkpoint BUILD [--device cpu] ...
+        the same checks on the spliced checkpoint BUILD (host + core, `gpu_layers.splice`): the
+        machine tokens by their ids there, the greedy token over the whole vocabulary (host
+        tokens included, as stock generate picks it); DIR/cases.json only is read (`export
+        --cases-only`).
 
 TF32 is switched off (matmul and cuDNN): the circuits are built for IEEE float32 products.
 """
@@ -104,6 +111,33 @@ def _record(args, results, path, dtype_name, case, got, want, first, names, seco
         Path(args.json).write_text(json.dumps(results, indent=1))
 
 
+class _Names(list):
+    """Token names by id for a spliced model: machine tokens by name, host tokens as <host:ID>."""
+
+    def __init__(self, first: int, machine: list[str]):
+        super().__init__(machine)
+        self.first = first
+
+    def __getitem__(self, i):
+        return super().__getitem__(i - self.first) if i >= self.first else f"<host:{i}>"
+
+    def __iter__(self):
+        return iter([None] * self.first + list(super().__iter__()))
+
+
+def _load_spliced(path, dtype, device):
+    """A build of `python -m gpu_layers build --machine core`, loaded with stock from_pretrained."""
+    from gpu_layers.build import read_manifest
+    from gpu_layers.splice import load_spliced
+
+    man = read_manifest(path)
+    if man["machine"] != "core":
+        sys.exit(f"{path} holds machine {man['machine']!r}, not the core")
+    model = load_spliced(path, dtype=dtype).to(device)
+    info = model.splice_info
+    return model, _Names(info.host_vocab, info.token_names)
+
+
 def check(args):
     import torch
 
@@ -118,9 +152,12 @@ def check(args):
     for dtype_name in args.dtypes:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         t = time.time()
-        model, names = load_model(d / "core.npz", dtype=dtype, device=args.device)
+        if args.checkpoint:
+            model, names = _load_spliced(args.checkpoint, dtype, args.device)
+        else:
+            model, names = load_model(d / "core.npz", dtype=dtype, device=args.device)
         _sync(args.device)
-        ids = {n: i for i, n in enumerate(names)}
+        ids = {n: i for i, n in enumerate(names) if n is not None}
         print(f"[{dtype_name}] stock model built in {time.time() - t:.1f} s: {len(model.model.layers)} layers "
               f"(one inert full-attention), hidden {model.config.hidden_size}, vocab {model.config.vocab_size}, "
               f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f} G parameters", flush=True)
@@ -165,6 +202,8 @@ def main():
     c = sub.add_parser("check", help="build the stock model from DIR and compare with the oracle")
     c.add_argument("dir")
     c.add_argument("--device", default="cuda")
+    c.add_argument("--checkpoint", help="a spliced build (python -m gpu_layers build --machine core) to check "
+                                        "instead of DIR/core.npz")
     c.add_argument("--dtypes", nargs="*", default=["fp32"], choices=["fp32", "bf16"])
     c.add_argument("--names", nargs="*", help="prefill these cases only (default: all of cases.json)")
     c.add_argument("--generate", nargs="*", default=[], help="cases to run through stock generate too")

@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_layers.craft.assemble import Shapes, _field_of_dim, schedule  # noqa: E402
+from gpu_layers.craft.assemble import Shapes, schedule  # noqa: E402
+from gpu_layers.craft.recycle import last_reads  # noqa: E402
 from gpu_layers.craft.testing import TINY  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.machine.core import core_circuit  # noqa: E402
@@ -31,16 +32,8 @@ def main():
     args = ap.parse_args()
     c = core_circuit()
     plans, position = schedule(c, Shapes.of({k: REAL_2B_TEXT_CONFIG[k] for k in TINY}))
-    owner = _field_of_dim(c)
-    last = defaultdict(lambda: -2)                 # the last position reading each field
-    for st in c.stages:
-        for d in st.input_dims():
-            f = owner[d].name
-            last[f] = max(last[f], position[st.name])
+    last = defaultdict(lambda: -2, last_reads(c, plans, position))   # -2: never read
     final = 2 * len(plans)                         # the LM head reads after the last layer
-    for lin in c.logits.values():
-        for d in lin.dims():
-            last[owner[d].name] = final
     L = c.layout
     born = {n: L.born.get(n, -1) for n in L.fields}
     print(f"core: {len(plans)} layers, W = {L.width}, {len(L.fields)} fields")

@@ -5,6 +5,7 @@ The main build is the machine users get: regfile-prefix compiled for Qwen3.5-2B'
 (the tiny-2b-layers host), in bf16 (the dtype a 2B build ships in; regfile-prefix is exact in bf16).
 """
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,6 +64,44 @@ def test_stock_from_pretrained_loads_the_build(built):
     assert got == [f"<s{k}:{(s >> (8 * k)) & 0xFF:02x}>" for k in range(4)] + ["<end>"]
 
 
+def test_the_build_written_in_place_equals_the_spliced_model(built, one_torch_thread):
+    """The build writes its tensors straight into the shards (splice.bind_to_files); the same
+    splice made in memory has the same parameter names and the same bits, and the sharded,
+    mapped files load with stock from_pretrained."""
+    from transformers import AutoModelForCausalLM
+
+    from gpu_layers.build import splice_host
+
+    ref = splice_host("tiny-2b-layers", "regfile-prefix", dtype="bfloat16").spliced
+    model = AutoModelForCausalLM.from_pretrained(str(built)).eval()
+    got, want = model.state_dict(), ref.state_dict()
+    assert set(got) == set(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_sharded_files_written_in_place(tmp_path):
+    """safetensors_files: several shards and an index, zeros where nothing was written, and the
+    safetensors reader gets back what the views received."""
+    from safetensors.torch import load_file
+
+    from gpu_layers import safetensors_files as sf
+
+    views = sf.create(tmp_path, [("a", (3, 5)), ("b", (7,)), ("c", (2, 2, 2))], torch.bfloat16,
+                      max_shard_bytes=40)
+    views["a"][1, 2] = 3.5
+    views["c"][1] = -1.0
+    del views
+    sf.sync(tmp_path)
+    index = json.loads((tmp_path / sf.INDEX).read_text())
+    assert index["weight_map"] == {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
+                                   "c": "model-00002-of-00002.safetensors"}
+    t = load_file(tmp_path / "model-00001-of-00002.safetensors") | load_file(tmp_path / "model-00002-of-00002.safetensors")
+    a = torch.zeros(3, 5, dtype=torch.bfloat16)
+    a[1, 2] = 3.5
+    assert torch.equal(t["a"], a) and torch.equal(t["b"], torch.zeros(7, dtype=torch.bfloat16))
+    assert torch.equal(t["c"], torch.tensor([[[0.0, 0], [0, 0]], [[-1, -1], [-1, -1]]], dtype=torch.bfloat16))
+
+
 def test_manifest_lets_a_runner_refuse_another_machine(built):
     from gpu_layers.craft.machines import build_machine
     from gpu_layers.craft.testing import LAYERS_2B
@@ -73,6 +112,37 @@ def test_manifest_lets_a_runner_refuse_another_machine(built):
         check_build(built, "regfile", recompile=False)
     with pytest.raises(BuildError, match="no qwengpu_build.json"):
         check_build(built.parent, "regfile-prefix")
+
+
+def test_the_stock_engine_refuses_what_is_not_a_core_build_of_todays_sources(built, tmp_path, capsys):
+    """run --backend model --checkpoint DIR: a build of another machine, of other core sources, or
+    in bf16 is refused by name (exit 2) before anything runs; so is --engine without the model."""
+    import shutil
+
+    from gpu_layers.machine.backend import core_key
+    from gpu_layers.machine.stock_engine import StockEngineError, check_core_build
+
+    with pytest.raises(StockEngineError, match="built for machine 'regfile-prefix', not the core"):
+        check_core_build(built)
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    man = json.loads((built / MANIFEST).read_text()) | {"machine": "core", "core_key": "0" * 16}
+    (fake / MANIFEST).write_text(json.dumps(man))
+    with pytest.raises(StockEngineError, match="other core sources"):
+        check_core_build(fake)
+    (fake / MANIFEST).write_text(json.dumps(man | {"core_key": core_key()}))
+    with pytest.raises(StockEngineError, match="bfloat16 is|float32 only"):
+        check_core_build(fake)
+    (fake / MANIFEST).write_text(json.dumps(man | {"core_key": core_key(), "dtype": "float32"}))
+    assert check_core_build(fake)["machine"] == "core"
+    shutil.rmtree(fake)
+    case = Path(__file__).resolve().parents[1] / "gpu_layers" / "suite" / "cases.json"
+    for engine in ("fast", "stock"):
+        assert main(["run", str(case), "--name", "rolling_hash", "--backend", "model", "--engine", engine,
+                     "--checkpoint", str(built)]) == 2
+        assert "built for machine 'regfile-prefix', not the core" in capsys.readouterr().err
+    assert main(["run", str(case), "--name", "rolling_hash", "--engine", "stock"]) == 2
+    assert "use them with --backend model" in capsys.readouterr().err
 
 
 def test_build_errors_exit_2(tmp_path, capsys):

@@ -59,7 +59,7 @@ def test_recycled_machine_is_narrower_and_shares_dims(compiled):
     assert rec.num_layers == plain.num_layers
     assert rec.machine.width < 0.6 * plain.machine.width, (rec.machine.width, plain.machine.width)
     R, L = rec.recycling, rec.layout
-    assert R.zeroings
+    assert L.dies
     owners = {}
     for f in L.fields.values():
         for d in R.dmap[f.start:f.stop]:
@@ -68,7 +68,7 @@ def test_recycled_machine_is_narrower_and_shares_dims(compiled):
     assert shared
     for ns in shared.values():          # every field but the last on a dim was subtracted first
         for n in sorted(ns, key=lambda n: L.born.get(n, -1))[:-1]:
-            assert n in R.zeroings, (n, ns)
+            assert n in L.dies, (n, ns)
     assert max(R.dmap) == R.width - 1 and R.width + 1 == rec.machine.width
 
 
@@ -77,7 +77,7 @@ def test_fresh_dims_for_addresses_and_the_lm_head(compiled):
     tol = tolerances(rec.circuit)
     assert tol["addr"] == 0.0 and tol[out.name] == 0.0 and tol["one"] == 0.0
     R, L = rec.recycling, rec.layout
-    reused = {int(R.dmap[d]) for n in R.zeroings for d in range(L.fields[n].start, L.fields[n].stop)}
+    reused = {int(R.dmap[d]) for n in L.dies for d in range(L.fields[n].start, L.fields[n].stop)}
     assert not reused & set(int(d) for d in rec.dims(out.name))
 
 
@@ -95,8 +95,8 @@ def test_recycled_chain_is_exact(compiled, path):
     assert np.array_equal(got, [reference(int(x), int(y)) for x, y in zip(a, b)])
     # dims a zeroing freed that no later field took: what is left there is the residue
     R, L = rec.recycling, rec.layout
-    freed = {int(R.dmap[d]) for n in R.zeroings for d in range(L.fields[n].start, L.fields[n].stop)}
-    live = {int(d) for n, f in L.fields.items() if n not in R.zeroings for d in R.dmap[f.start:f.stop]}
+    freed = {int(R.dmap[d]) for n in L.dies for d in range(L.fields[n].start, L.fields[n].stop)}
+    live = {int(d) for n, f in L.fields.items() if n not in L.dies for d in R.dmap[f.start:f.stop]}
     idle = sorted(freed - live)
     assert idle
     assert np.abs(h[:, idle]).max() <= RESIDUE, np.abs(h[:, idle]).max()

@@ -45,7 +45,7 @@ def test_kl_catches_the_leak_without_suppression(host, ids):
 
 def test_machines_are_named_and_never_replaced(tmp_path):
     """Unknown names and machines that do not fit the host are errors naming the choices."""
-    with pytest.raises(MachineError, match="available: regfile, regfile-prefix"):
+    with pytest.raises(MachineError, match="available: core, regfile, regfile-prefix"):
         build_machine("nope", None)
     fake_vl_checkpoint(tmp_path, tied=True, vocab=300)  # 96 MLP neurons, 2 linear heads: too small
     small = load_host(str(tmp_path), dtype=torch.float32)
@@ -108,6 +108,13 @@ def test_kl_tool_measures_the_reloaded_checkpoint(tmp_path, monkeypatch, capsys,
     table = format_table(s)
     for row in ("mean KL", "max KL", "machine-token mass (fp32)", "dtype", "tokens"):
         assert row in table
+    # the same build measured again with --checkpoint: its host rebuilt from the manifest, the same numbers
+    assert main(["kl", "--checkpoint", str(out), "--text", str(f), "--json", "--max-tokens", "48"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert loaded[-1][0] == str(out) and again["checkpoint"] == str(out) and again["host"] == "tiny"
+    for k in ("mean_kl", "max_kl", "max_machine_mass", "max_abs_logit_diff", "tokens", "compiled_layers"):
+        assert again[k] == s[k], k
+    assert again["machine"].startswith("regfile:")
 
 
 def test_cli_kl_errors(tmp_path, capsys):
@@ -124,6 +131,12 @@ def test_cli_kl_errors(tmp_path, capsys):
     assert "unknown machine 'adder9000'" in err and "regfile-prefix" in err
     with pytest.raises(SystemExit):
         main(["kl", "--host", "tiny", "--text", str(f), "--dtype", "float16"])
+    assert main(["kl", "--host", "tiny", "--text", str(f)]) == 2
+    assert "--checkpoint DIR" in capsys.readouterr().err
+    assert main(["kl", "--checkpoint", str(tmp_path), "--text", str(f)]) == 2
+    assert "no qwengpu_build.json" in capsys.readouterr().err
+    assert main(["kl", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "x"), "--text", str(f)]) == 2
+    assert "give one of them" in capsys.readouterr().err
 
 
 def test_cli_kl_on_a_real_style_checkpoint(tmp_path, capsys, one_torch_thread):

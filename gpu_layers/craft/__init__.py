@@ -13,6 +13,8 @@ Modules
   assemble.py      compile_circuit(circuit, config) -> Compiled: passes validate -> schedule ->
                    track_norms -> write_layers -> vocabulary; Compiled.report() (per-layer budget table)
   compiled.py      CompiledMachine: the contract with the splice (fixed)
+  streamed.py      StreamedMachine: a CompiledMachine whose layers are written when the splice asks
+                   (compile_streamed: the core's 15.6 GB of dense layers never exist at once)
   state.py         memory ports decoded from the recurrent state in the transformers cache
                    (Compiled.port(name): a port's layer and value heads)
   machine_model.py build_machine_model(machine) -> stock Qwen3_5ForCausalLM (+ one inert attention layer):

@@ -8,7 +8,8 @@
   depth position 2L, its MLP 2L+1); a stage goes to the earliest position of its kind after all its
   producers where the layer's budget (neurons; key head groups) still has room.
 * recycle (circuits with `recycle` set; recycle.py): physical dims for the circuit's dims, a dead
-  field's dims carrying a later field after an MLP step subtracts the dead value.
+  field's dims carrying a later field once linear neurons (circuit.Linear) have subtracted the
+  dead value.
 * track_norms: the sum of squares of the residual at each of the 2 norms of each layer and at the
   final norm, from the fields alive there (refuses data-dependent norms).
 * write_layers: the Qwen3.5 tensors (LAYER_KEYS) of every layer, each weight written from fields to
@@ -349,12 +350,12 @@ def track_norms(c: Circuit, nlayers: int) -> dict[str, float]:
     return out
 
 
-def _row(lin: Lin, one: int, W: int, scale: float = 1.0, extra: float = 0.0, dmap=None) -> np.ndarray:
-    """A weight row over physical dims (dmap: circuit dim -> physical dim; None = the same)."""
+def _row(lin: Lin, one: int, W: int, dmap, scale: float = 1.0, extra: float = 0.0) -> np.ndarray:
+    """A weight row over physical dims (dmap: circuit dim -> physical dim)."""
     r = np.zeros(W)
     for d, v in lin.coef.items():
-        r[d if dmap is None else dmap[d]] += scale * v
-    r[one if dmap is None else dmap[one]] += scale * lin.const + extra
+        r[dmap[d]] += scale * v
+    r[dmap[one]] += scale * lin.const + extra
     return r
 
 
@@ -362,15 +363,15 @@ def _norm_weight(ss: float, W: int, eps: float) -> np.ndarray:
     return np.full(W, math.sqrt(ss / W + eps) - 1.0)
 
 
-def _addr_rows(f, slots: int, one: int, W: int, dmap=None) -> list[np.ndarray]:
+def _addr_rows(f, slots: int, one: int, W: int, dmap) -> list[np.ndarray]:
     """Key/query pre-activations, one row per slot: KEY_L at the addressed slot, <= -KEY_L or 0 elsewhere."""
     rows = []
     for j in range(slots):
         if f is None or isinstance(f, int):
             k = 0 if f is None else f
-            rows.append(_row(Lin({}, 1.0 if j == k else 0.0), one, W, P.KEY_L, dmap=dmap))
+            rows.append(_row(Lin({}, 1.0 if j == k else 0.0), one, W, dmap, P.KEY_L))
         elif f.enc == "onehot":
-            rows.append(_row(f.hot(j), one, W, P.KEY_L, dmap=dmap) if j < f.n else np.zeros(W))
+            rows.append(_row(f.hot(j), one, W, dmap, P.KEY_L) if j < f.n else np.zeros(W))
         else:
             if j >= (1 << f.n):
                 rows.append(np.zeros(W))
@@ -378,7 +379,7 @@ def _addr_rows(f, slots: int, one: int, W: int, dmap=None) -> list[np.ndarray]:
             m = Lin()
             for i in range(f.n):
                 m = m + (f.bit(i) if (j >> i) & 1 else 1.0 - f.bit(i))
-            rows.append(_row(m - (f.n - 0.5), one, W, 2.0 * P.KEY_L, dmap=dmap))
+            rows.append(_row(m - (f.n - 0.5), one, W, dmap, 2.0 * P.KEY_L))
     return rows
 
 
@@ -393,7 +394,7 @@ def write_layer(c: Circuit, s: Shapes, pl: LayerPlan, ss_in: float, ss_post: flo
     po = int(dmap[one])
 
     def row(lin, scale=1.0, extra=0.0):
-        return _row(lin, one, W, scale, extra, dmap)
+        return _row(lin, one, W, dmap, scale, extra)
     I, nk, nv = s.intermediate_size, s.linear_num_key_heads, s.linear_num_value_heads
     dk, dv, K = s.linear_key_head_dim, s.linear_value_head_dim, s.linear_conv_kernel_dim
     kd, vd = nk * dk, nv * dv
@@ -562,7 +563,7 @@ def vocabulary(c: Circuit, W: int, sparse: bool = False, dmap=None):
         M = np.zeros((b - a, W), dtype=np.float32)
         for i in range(a, b):
             if names[i] in c.logits:
-                M[i - a] = _row(c.logits[names[i]], one, W, dmap=dmap)
+                M[i - a] = _row(c.logits[names[i]], one, W, dmap)
         return M
 
     n = len(toks)

@@ -24,12 +24,24 @@ def _regfile(adder):
     return build
 
 
+def _core(config) -> CompiledMachine:
+    from gpu_layers.machine.core import core_circuit
+
+    from .streamed import compile_streamed
+
+    return compile_streamed(core_circuit(), config)
+
+
 # name -> (description, builder(host text config) -> CompiledMachine)
 MACHINES = {
     "regfile": ("4-lane register file of 4 x 32-bit registers with a carry-lookahead adder "
                 "(gpu_layers.craft.demo_regfile; exact in fp32)", _regfile("lookahead")),
     "regfile-prefix": ("the same register file with a Kogge-Stone adder (exact in fp32 and bf16)",
                        _regfile("prefix")),
+    "core": ("the SIMT machine core that runs CUDA kernels (gpu_layers.machine.core: 128 threads a block, "
+             "registers, predicates, program and memories in DeltaNet state; exact in fp32); needs "
+             "Qwen3.5-2B's layer budgets (host tiny-2b-layers or the 2B); compiled in a few minutes, "
+             "its layers written one at a time", _core),
 }
 
 

@@ -23,7 +23,7 @@ fp32 rounding at the scale of the neuron's lift: a recycled dim keeps a residue 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,7 +42,6 @@ ENABLE_TOL = 1e-3         # beta / reset / blank pre-activations saturate at +-2
 class Recycling:
     dmap: np.ndarray                     # circuit dim -> physical dim
     width: int                           # physical dims (without the text flag)
-    zeroings: dict[str, int] = dc_field(default_factory=dict)   # field -> MLP position of its zeroing
 
     @classmethod
     def identity(cls, width: int) -> "Recycling":
@@ -51,6 +50,21 @@ class Recycling:
 
 def _owner(c: Circuit) -> dict[int, Field]:
     return {d: f for f in c.layout.fields.values() for d in range(f.start, f.stop)}
+
+
+def last_reads(c: Circuit, plans: list, position: dict[str, int]) -> dict[str, int]:
+    """Field -> the last depth position that reads it (a stage's position; 2 * len(plans) for
+    what the LM head reads after the last layer); fields nothing reads are absent."""
+    owner = _owner(c)
+    last: dict[str, int] = {}
+    for st in c.stages:
+        for d in st.input_dims():
+            n = owner[d].name
+            last[n] = max(last.get(n, -2), position[st.name])
+    for lin in c.logits.values():
+        for d in lin.dims():
+            last[owner[d].name] = 2 * len(plans)
+    return last
 
 
 def tolerances(c: Circuit) -> dict[str, float]:
@@ -101,16 +115,8 @@ def recycle(c: Circuit, plans: list, position: dict[str, int], intermediate: int
     """Physical dims for every field (see the module docstring); adds the zeroing stages to
     `plans` and the zeroing positions to the layout (its norms stop counting the dead fields)."""
     L = c.layout
-    owner = _owner(c)
     final = 2 * len(plans)
-    last: dict[str, int] = {}
-    for st in c.stages:
-        for d in st.input_dims():
-            n = owner[d].name
-            last[n] = max(last.get(n, -2), position[st.name])
-    for lin in c.logits.values():
-        for d in lin.dims():
-            last[owner[d].name] = final
+    last = last_reads(c, plans, position)
     wlast = {n: max(position[w.name] for w in ws) for n, ws in c.writers.items()}
     born = {n: L.born.get(n, -1) for n in L.fields}
     tol = tolerances(c)
@@ -139,7 +145,6 @@ def recycle(c: Circuit, plans: list, position: dict[str, int], intermediate: int
                     used[lay] += need
                     has_bias[lay] = True
                     plans[lay].mlp.append(zero_stage(g, f"zero_{m}"))
-                    rec.zeroings[m] = p
                     L.dies[m] = p
                     pool.extend(int(dmap[d]) for d in range(g.start, g.stop))
                     del dead[i]

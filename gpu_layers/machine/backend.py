@@ -111,13 +111,16 @@ def case_tokens(case) -> tuple[list[str], list[str]]:
 
 
 def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0, max_tokens: int = 5_000_000,
-                     progress=None, core=None, prompt=None, on_tokens=None):
+                     progress=None, core=None, prompt=None, on_tokens=None, engine: str = "fast",
+                     checkpoint=None):
     """Run a launch inside the model: `kernel` (PTX IR), `args` (interp.launch_args), `outputs`
     (buffer argument indices the dump returns); `prompt`: model_prompt's result, if already made.
     Returns ({argument index: array decoded from the generated tokens}, generated tokens,
     seconds). progress(message) gets the compile notice, a line every 1,000 tokens and one at
     the end; on_tokens(n), if given, is called instead of the lines (either may raise to stop
-    the run)."""
+    the run). engine: "fast" (the fast executor on the compiled core) or "stock" (a spliced
+    checkpoint of the core, `checkpoint` or the cached tiny-host build, through stock generate:
+    machine.stock_engine)."""
     from gpu_layers.machine import memory_map as MM
     from gpu_layers.machine.core import CoreError, run_core
 
@@ -125,12 +128,28 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
         prompt, mk = model_prompt(kernel, grid, block, args, outputs, dynamic_shared_bytes)
     else:
         prompt, mk = prompt
-    fm, ids = core or shared_core(progress)
+    if engine not in ("fast", "stock"):
+        raise ValueError(f"engine must be fast or stock, not {engine!r}")
+    if engine == "stock":
+        from gpu_layers.machine.stock_engine import shared_engine
+
+        stock = shared_engine(checkpoint, progress)
+    elif checkpoint is not None:
+        from gpu_layers.machine.stock_engine import check_core_build
+
+        check_core_build(checkpoint)        # the fast executor runs the very core the build holds
+    if engine == "fast":
+        fm, ids = core or shared_core(progress)
     t = time.time()
     tick = on_tokens or ((lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s"))
                          if progress else None)
     try:
-        got, _ = run_core(fm, ids, prompt, max_tokens=max_tokens, progress=tick)
+        if engine == "stock":
+            got = stock.run(prompt, max_tokens, tick)
+            if got[-1] not in ("<end>", "<fault>"):
+                raise CoreError("no end")
+        else:
+            got, _ = run_core(fm, ids, prompt, max_tokens=max_tokens, progress=tick)
     except CoreError:
         raise StepBudgetExceeded(f"the model did not finish the launch within {max_tokens} machine "
                                  "tokens; an infinite loop?") from None
@@ -149,16 +168,19 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
     return MM.decode_dump(got, MM.layout(args, outputs), {i: args[i] for i in outputs}), got, dt
 
 
-def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None):
+def run_case_model(case, max_tokens: int = 5_000_000, progress=None, core=None, engine: str = "fast",
+                   checkpoint=None):
     """Run a gpu_layers.cases.Case inside the model. Returns ({output name: array}, generated
-    tokens). progress(message) gets the compile notice and a line every 1,000 tokens."""
+    tokens). progress(message) gets the compile notice and a line every 1,000 tokens; engine and
+    checkpoint: run_kernel_model's."""
     from gpu_layers.interp import launch_args, module_for
 
     args = launch_args(case)
     bufs = [i for i, a in enumerate(case.args) if a.is_buffer]
     outs = [i for i in bufs if case.args[i].output] or bufs
     dec, got, _ = run_kernel_model(module_for(case.ptx()).kernel(case.kernel), case.grid, case.block, args, outs,
-                                   case.dynamic_shared_bytes, max_tokens, progress, core)
+                                   case.dynamic_shared_bytes, max_tokens, progress, core, engine=engine,
+                                   checkpoint=checkpoint)
     return {case.args[i].name: dec[i] for i in outs}, got
 
 
