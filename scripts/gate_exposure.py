@@ -4,7 +4,14 @@ margin. A step's true output is 1 + d, d the relative error of its layer's norm 
 makes the step rides on the `one` dim, which the norm scales too), so a stage moves by about
 this many margins per unit of d (docs/machine.md §33). No compile: the circuit alone (seconds).
 
-    .venv/bin/python scripts/gate_exposure.py [--top N]
+A second column bounds what fp32 arithmetic alone does to a step: its gate pre-activation G t is
+a sum of terms up to max|t| / margin times the margin (Step.range), and an fp32 sum or difference
+at that scale rounds by about 2^-24 of it, so the step's output (1 at saturation) is off by about
+range x 2^-24 per rounding. The fast executor accumulates in fp64 and rounds once, so its digital
+fields stay exact; stock transformers (fp32 BLAS) does not: docs/machine.md section 36 found the
+cursor stage's outputs 4.8e-4 off its code in the stock fp32 prefill.
+
+    .venv/bin/python scripts/gate_exposure.py [--top N] [--by exposure|range]
 """
 from __future__ import annotations
 
@@ -30,14 +37,25 @@ def exposure(c) -> dict[str, float]:
     return out
 
 
+def ranges(c) -> dict[str, float]:
+    """{MLP stage name: the largest max|t| / margin of its steps} (inputs at their codes' size:
+    0.5 for rail3 fields, else 1), as Compiled.step_ranges computes it."""
+    maxabs = {d: 0.5 if f.enc == "rail3" else 1.0 for f in c.layout.fields.values() for d in range(f.start, f.stop)}
+    return {st.name: max((s.range(maxabs) for s in st.steps), default=0.0)
+            for st in c.stages if isinstance(st, MLPStage)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=20, help="stages to print, the most exposed first")
+    ap.add_argument("--by", default="exposure", choices=["exposure", "range"], help="sort column")
     args = ap.parse_args()
-    rows = sorted(exposure(core_circuit()).items(), key=lambda kv: -kv[1])
-    print(f"{'stage':<24} {'margins per unit of norm error':>32}")
-    for name, x in rows[:args.top]:
-        print(f"{name:<24} {x:>32,.0f}")
+    c = core_circuit()
+    ex, rg = exposure(c), ranges(c)
+    rows = sorted(ex, key=lambda n: -(ex[n] if args.by == "exposure" else rg[n]))
+    print(f"{'stage':<24} {'margins per unit of norm error':>32} {'max|t|/margin':>14} {'fp32 output error':>18}")
+    for name in rows[:args.top]:
+        print(f"{name:<24} {ex[name]:>32,.0f} {rg[name]:>14,.0f} {rg[name] * 2.0 ** -24:>18.1e}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ the `tiny-2b-layers` host and the core, about 33 GB of float32 files that take a
 disk, since the zeros are holes; about 6 minutes on a 2-core CPU). A checkpoint is refused when it
 was built for another machine or from other core sources (`check_core_build`).
 
+Not exact yet: stock fp32 sums the core's large gates in float32, and the trace departs from the
+oracle's (vec_add_i32 from position 403, docs/machine.md section 36); the fast executor, which
+accumulates in fp64, is exact. The engine stays so that the stock path can be run and measured.
+
 On a CPU, from_pretrained maps the float32 shards, so a checkpoint bigger than memory runs, at the
 speed of reading its nonzero pages once per token (`scripts/machine_core.py --engine stock`
 measures it).
