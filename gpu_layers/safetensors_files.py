@@ -16,6 +16,7 @@ model's state dict, sharded with the usual `model.safetensors.index.json` above 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -33,7 +34,7 @@ def shard_plan(entries: list[tuple[str, tuple]], itemsize: int, max_shard_bytes:
     shard of its own)."""
     shards, cur, size = [], [], 0
     for name, shape in entries:
-        n = itemsize * _numel(shape)
+        n = itemsize * math.prod(shape)
         if cur and size + n > max_shard_bytes:
             shards.append(cur)
             cur, size = [], 0
@@ -42,13 +43,6 @@ def shard_plan(entries: list[tuple[str, tuple]], itemsize: int, max_shard_bytes:
     if cur:
         shards.append(cur)
     return shards
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def shard_names(n: int) -> list[str]:
@@ -71,7 +65,7 @@ def create(directory, entries: list[tuple[str, tuple]], dtype: torch.dtype,
     for fname, shard in zip(names, shards):
         header, off = {"__metadata__": {"format": "pt"}}, 0
         for name, shape in shard:
-            n = item * _numel(shape)
+            n = item * math.prod(shape)
             header[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
         hb = json.dumps(header, separators=(",", ":")).encode()

@@ -121,8 +121,9 @@ class _Names(list):
     def __getitem__(self, i):
         return super().__getitem__(i - self.first) if i >= self.first else f"<host:{i}>"
 
-    def __iter__(self):
-        return iter([None] * self.first + list(super().__iter__()))
+    @property
+    def ids(self) -> dict[str, int]:
+        return {n: self.first + k for k, n in enumerate(super().__iter__())}
 
 
 def _load_spliced(path, dtype, device):
@@ -157,7 +158,7 @@ def check(args):
         else:
             model, names = load_model(d / "core.npz", dtype=dtype, device=args.device)
         _sync(args.device)
-        ids = {n: i for i, n in enumerate(names) if n is not None}
+        ids = names.ids if isinstance(names, _Names) else {n: i for i, n in enumerate(names)}
         print(f"[{dtype_name}] stock model built in {time.time() - t:.1f} s: {len(model.model.layers)} layers "
               f"(one inert full-attention), hidden {model.config.hidden_size}, vocab {model.config.vocab_size}, "
               f"{sum(p.numel() for p in model.parameters()) / 1e9:.2f} G parameters", flush=True)

@@ -85,6 +85,9 @@ def main():
         if len(prompt) + len(want) > args.max_tokens:
             print(f"{name:24s} {len(prompt):7d} {len(want):7d} skipped: longer than --max-tokens")
             continue
+        kernel = module_for(c.ptx()).kernel(c.kernel)
+        ref = launch(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+        tins = thread_instructions(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
         for engine in engines:
             t = time.time()
             if engine == "fast":
@@ -93,19 +96,16 @@ def main():
                 got = stock.run(prompt, len(want) + 1)
                 bad = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w),
                            None if len(got) == len(want) else min(len(got), len(want)))
-            report(c, engine, prompt, want, got, bad, lay, kargs, outs, time.time() - t, totals)
+            report(c.name, engine, ref, tins, prompt, want, got, bad, lay, kargs, outs, time.time() - t, totals)
     if totals["cases"]:
         print(f"{totals['equal']}/{totals['cases']} runs: trace and outputs equal; {totals['tokens']} tokens "
               f"in {totals['seconds']:.0f} s ({totals['tokens'] / totals['seconds']:.0f} tokens/s); generated tokens "
               f"per thread-instruction: mean {np.mean(totals['per_tins']):.2f}, worst {max(totals['per_tins']):.2f}")
 
 
-def report(c, engine, prompt, want, got, bad, lay, kargs, outs, dt, totals):
-    """One row: the run's trace and decoded outputs against the oracle and the interpreter."""
-    name = c.name
-    kernel = module_for(c.ptx()).kernel(c.kernel)
-    ref = launch(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
-    tins = thread_instructions(kernel, c.grid, c.block, launch_args(c), c.dynamic_shared_bytes)
+def report(name, engine, ref, tins, prompt, want, got, bad, lay, kargs, outs, dt, totals):
+    """One row: the run's trace and decoded outputs against the oracle and the interpreter's
+    launch `ref` (tins: its thread-instructions)."""
     dec = MM.decode_dump(got, lay, {i: kargs[i] for i in outs}) if bad is None else {}
     same = bad is None and all(np.array_equal(dec[i].view(np.uint8), ref.buffers[i].view(np.uint8))
                                for i in outs)

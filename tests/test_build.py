@@ -122,7 +122,7 @@ def test_the_stock_engine_refuses_what_is_not_a_core_build_of_todays_sources(bui
     from gpu_layers.machine.backend import core_key
     from gpu_layers.machine.stock_engine import StockEngineError, check_core_build
 
-    with pytest.raises(StockEngineError, match="built for machine 'regfile-prefix', not the core"):
+    with pytest.raises(StockEngineError, match="built for machine 'regfile-prefix', not 'core'"):
         check_core_build(built)
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -140,7 +140,7 @@ def test_the_stock_engine_refuses_what_is_not_a_core_build_of_todays_sources(bui
     for engine in ("fast", "stock"):
         assert main(["run", str(case), "--name", "rolling_hash", "--backend", "model", "--engine", engine,
                      "--checkpoint", str(built)]) == 2
-        assert "built for machine 'regfile-prefix', not the core" in capsys.readouterr().err
+        assert "built for machine 'regfile-prefix', not 'core'" in capsys.readouterr().err
     assert main(["run", str(case), "--name", "rolling_hash", "--engine", "stock"]) == 2
     assert "use them with --backend model" in capsys.readouterr().err
 

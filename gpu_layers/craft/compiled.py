@@ -56,12 +56,15 @@ class CompiledMachine:
     def check(self) -> None:
         """Fail fast on an inconsistent machine (shapes, keys) before anything is spliced."""
         W = self.width
-        if self.embed.shape != self.unembed.shape or self.embed.shape[1] != W:
+        if tuple(self.embed.shape) != tuple(self.unembed.shape) or self.embed.shape[1] != W:
             raise ValueError(f"embed {tuple(self.embed.shape)} / unembed {tuple(self.unembed.shape)} must be (V, {W})")
-        if self.final_norm.shape != (W,):
+        if tuple(self.final_norm.shape) != (W,):
             raise ValueError(f"final_norm must be ({W},), got {tuple(self.final_norm.shape)}")
         if len(self.token_names) != self.vocab_size:
             raise ValueError("one name per machine token")
+        self.check_layers()
+
+    def check_layers(self) -> None:
         for i, layer in enumerate(self.layers):
             missing = set(LAYER_KEYS) - set(layer)
             if missing:

@@ -56,15 +56,13 @@ def default_checkpoint(progress=None) -> Path:
 def check_core_build(path) -> dict:
     """The manifest of a core build, or StockEngineError when it holds another machine, was built
     from other core sources than today's, or is not float32 (the core is exact in fp32 only)."""
-    from gpu_layers.build import BuildError, read_manifest
+    from gpu_layers.build import BuildError, check_build
     from gpu_layers.machine.backend import core_key
 
     try:
-        man = read_manifest(path)
+        man = check_build(path, "core", recompile=False)      # the source key below stands for the recompile
     except BuildError as e:
         raise StockEngineError(str(e)) from None
-    if man["machine"] != "core":
-        raise StockEngineError(f"{path} was built for machine {man['machine']!r}, not the core")
     key = man.get("core_key")
     if key != core_key():
         raise StockEngineError(f"{path} was built from other core sources (key {key}, today's {core_key()}): "
