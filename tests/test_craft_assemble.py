@@ -11,7 +11,7 @@ from gpu_layers.craft.circuit import Circuit, CircuitError
 from gpu_layers.craft.compiled import LAYER_KEYS
 from gpu_layers.craft.fields import Layout, LayoutError, bits, dual, onehot, rail3, scalar
 from gpu_layers.craft.machine_model import build_machine_model
-from gpu_layers.craft.testing import TINY, encode_rows, random_values
+from gpu_layers.craft.testing import TINY, compare_outputs, encode_rows, random_values, run_paths
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -174,3 +174,56 @@ def test_machine_model_generates_greedily():
     prompt = torch.tensor([[0, 1, 1, 0, 1]])
     out = model.generate(prompt, max_new_tokens=6, do_sample=False)
     assert out[0, 5:].tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def _norm_exposed(ballast: bool):
+    """A stage of 48 wide-range steps on memory reads (max|t|/margin ~ 82,000: fp32 leaves ~1e-4
+    in each output),
+    a re-digitizer of one of them, and a reader that weighs the re-digitized bit 60,000 margins per
+    unit. The re-digitizer's output is off its code by its layer's norm error, which the wide
+    stage's errors set (docs/machine.md section 37)."""
+    from gpu_layers.craft.blocks.base import MLPBuilder
+    from gpu_layers.craft.fields import lsum
+    c = Circuit("exposed")
+    if ballast:
+        c.layout.add_ballast()
+    a, b, en = c.input(bits("a", 12)), c.input(bits("b", 12)), c.input(dual("en", 1))
+    rd = B.memory(c, "ab", 1, 24, None, None, [[a, b]]).outputs[0]   # analog reads, as the core's
+    av, bv = (lsum((1 << i) * rd.bit(12 * k + i) for i in range(12)) for k in (0, 1))
+    wide, y, z = c.new_field(dual("wide", 48)), c.new_field(dual("y", 1)), c.new_field(dual("z", 1))
+    m = MLPBuilder(c, "wide")
+    for i in range(48):
+        m.threshold(wide, i, av - bv + 0.5 + 16384.0 * (en.bit(0) - 1.0))
+    m.build()
+    m = MLPBuilder(c, "redigitize")
+    m.threshold(y, 0, wide.bit(0) - 0.5)
+    m.build()
+    m = MLPBuilder(c, "reader")
+    m.threshold(z, 0, 30000.0 * (y.bit(0) - 1.0) + 0.5)
+    m.build()
+    return c
+
+
+def test_ballast_keeps_norms_exact_under_wide_gates():
+    """fp32's errors in a wide stage's outputs move the next norm; with the ballast field the
+    re-digitized bit stays within 1e-6 of its code and the 60,000-margin reader decodes exactly in
+    the stock fp32 prefill; without it the bit is off by more than 1e-5 (the reader's band)."""
+    rng = np.random.default_rng(0)
+    dev = {}
+    for ballast in (False, True):
+        c = _norm_exposed(ballast)
+        comp = compile_circuit(c, TINY)
+        assert comp.num_layers == 3
+        vals = {"a": rng.integers(0, 4096, 1024), "b": rng.integers(0, 4096, 1024), "en": rng.integers(0, 2, 1024)}
+        vals["en"][:768] = 1
+        X = encode_rows(comp, vals).reshape(8, 128, -1)
+        h = run_paths(comp, X, paths=("prefill",))["prefill"].reshape(1024, -1)
+        want = ((vals["a"] >= vals["b"]) & (vals["en"] == 1)).astype(np.int64)
+        y = h[:, comp.dims("y")]
+        dev[ballast] = float(np.abs(y - np.stack([want, 1 - want], -1)).max())
+        if ballast:
+            assert "ballast" in comp.layout.fields and comp.sumsq["0.input"] >= 1024.0 ** 2
+            assert compare_outputs(comp, h, {"wide": ((vals["a"] >= vals["b"]) & (vals["en"] == 1)) * (2 ** 48 - 1),
+                                             "y": want, "z": want}) == {"wide": (0, 0), "y": (0, 0), "z": (0, 0)}
+    assert dev[True] <= 1e-6, dev
+    assert dev[False] >= 1e-5, dev          # measured 9.9e-4 without, 1.2e-7 with the ballast

@@ -142,7 +142,9 @@ class Compiled:
     def encode(self, values: dict) -> np.ndarray:
         """One physical residual row (width without the text flag) from {field: value}."""
         x = np.zeros(self.recycling.width)
-        for name, v in {"one": 1, **values}.items():
+        for f in self.layout.constants:
+            x[self.dims(f.name)] = f.encode(None)
+        for name, v in values.items():
             x[self.dims(name)] = self.layout.fields[name].encode(v)
         return x
 
@@ -209,7 +211,7 @@ def validate(c: Circuit, s: Shapes) -> None:
     """Fail fast with the list of every problem."""
     problems = []
     owner = _field_of_dim(c)
-    inputs = {f.name for f in c.inputs} | {"one"}
+    inputs = {f.name for f in c.inputs} | {f.name for f in c.layout.constants}
     for st in c.stages:
         for d in st.input_dims():
             f = owner.get(d)
@@ -236,7 +238,7 @@ def validate(c: Circuit, s: Shapes) -> None:
                             or owner[next(iter(dims))].enc not in ("dual", "onehot", "one")):
                         problems.append(f"{p.name}: read enable must be one exact-zero rail (Field.flag())")
     for f in c.layout.fields.values():
-        if f.name != "one" and f.name not in inputs and f.name not in c.producer:
+        if f.name not in inputs and f.name not in c.producer:
             problems.append(f"field {f.name} is declared but nothing writes it")
     names = {f.name for f in c.inputs}
     for tname, vals in c.tokens:
@@ -546,8 +548,8 @@ def vocabulary(c: Circuit, W: int, sparse: bool = False, dmap=None):
     one = c.layout.one.start
     if dmap is None:
         dmap = np.arange(c.layout.width)
-    src = np.array([d for f in [c.layout.one, *c.inputs] for d in range(f.start, f.stop)], dtype=np.int64)
-    dst = dmap[src]                  # the embedding writes the inputs and one: born first, never shared
+    src = np.array([d for f in [*c.layout.constants, *c.inputs] for d in range(f.start, f.stop)], dtype=np.int64)
+    dst = dmap[src]                  # the embedding writes the inputs and constants: born first, never shared
 
     def embed_rows(a, b):
         M = np.zeros((b - a, W), dtype=np.float32)

@@ -45,8 +45,10 @@ Why the tokens are the stock path's tokens:
     is rounded twice, (x r) then * w, and summed in float32): at most 4 * 2^-24 * sum|terms|
     (tests/test_fast_incremental.py), 1.34e-7 measured on the core. The compiled circuits
     re-digitize every MLP step with margins far above that (docs/blocks.md, DESIGN section 3) and
-    their logits win by >= 2, so those differences never change a token. That is a claim about the
-    circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
+    their logits win by >= 2, so those differences never change a token. The converse, that stock's
+    own float32 errors never change one either, is a property of each circuit's wide steps, not of
+    this executor: craft/precision.py bounds it per step (the core: docs/machine.md section 37,
+    tests/test_machine_core.py). That is a claim about the circuits, so the tests check it: tokens equal to stock transformers' on prefill (the chunked
     rule), decode with the cache and stock `generate`, and the recurrent state decodes to the same
     memories (tests/test_fast_executor.py).
 

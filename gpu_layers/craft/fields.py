@@ -5,6 +5,9 @@ encoding. Encodings (raw values in the residual, which every RMSNorm returns unc
 compiler sets each norm's weight to the residual's known RMS):
 
   one      1 dim, always 1.0: the only source of biases
+  ballast  1 dim, always BALLAST, read by no weight: it makes the residual's sum of squares large
+           (BALLAST^2), so the small errors that fp32 leaves in the other fields' values move each
+           norm's scale by that much less (docs/machine.md section 37); opt-in (Layout.add_ballast)
   bits     n dims, each +-1 (bit b is 2b-1)
   dual     2n dims, rails (1,0) for b=1, (0,1) for b=0; the zero rail is an exact 0
   onehot   n dims, exactly one is 1, the rest exact 0
@@ -27,8 +30,10 @@ from dataclasses import dataclass, field as dc_field
 
 import numpy as np
 
-ENCODINGS = ("one", "bits", "dual", "onehot", "rail3", "scalar")
+ENCODINGS = ("one", "ballast", "bits", "dual", "onehot", "rail3", "scalar")
+CONSTANT_ENCODINGS = ("one", "ballast")   # written by every token's embedding, alive to the end
 MARGIN = 0.25  # a decoded dim must lie within this distance of its code value
+BALLAST = 1024.0  # 2^20 of sum of squares: a power of two, so its square and sums of codes stay exact
 
 
 class LayoutError(ValueError):
@@ -97,8 +102,8 @@ class Field:
     def __post_init__(self):
         if self.enc not in ENCODINGS:
             raise LayoutError(f"field {self.name}: unknown encoding {self.enc!r}")
-        if self.enc == "one" and self.n != 1:
-            raise LayoutError("the one field has one dim")
+        if self.enc in CONSTANT_ENCODINGS and self.n != 1:
+            raise LayoutError(f"the {self.enc} field has one dim")
         if self.n < 1:
             raise LayoutError(f"field {self.name}: n must be >= 1")
 
@@ -114,7 +119,7 @@ class Field:
     @property
     def sumsq(self) -> float | None:
         """Sum of squares of the field's raw values; the same for every valid code (None: data)."""
-        return {"one": 1.0, "bits": float(self.n), "dual": float(self.n), "onehot": 1.0,
+        return {"one": 1.0, "ballast": BALLAST ** 2, "bits": float(self.n), "dual": float(self.n), "onehot": 1.0,
                 "rail3": 0.5 * self.n, "scalar": None}[self.enc]
 
     def _d(self, k: int) -> int:
@@ -180,6 +185,8 @@ class Field:
         v = np.zeros(self.dims, dtype=np.float64)
         if self.enc == "one":
             v[0] = 1.0
+        elif self.enc == "ballast":
+            v[0] = BALLAST
         elif self.enc == "bits":
             for i in range(self.n):
                 v[i] = 1.0 if (int(value) >> i) & 1 else -1.0
@@ -206,8 +213,8 @@ class Field:
         """Vectorized encode of an array of logical values (bits/dual words, one-hot indices) -> (N, dims)."""
         v = np.asarray(values, dtype=np.int64)
         N = v.shape[0]
-        if self.enc == "one":
-            return np.ones((N, 1))
+        if self.enc in CONSTANT_ENCODINGS:
+            return np.full((N, 1), self.encode(None)[0])
         if self.enc == "onehot":
             if (v < 0).any() or (v >= self.n).any():
                 raise LayoutError(f"{self.name}: one-hot index out of range")
@@ -255,8 +262,9 @@ class Field:
             ideal = np.where(present[..., None], np.stack([b, ~b], -1) - 0.5, -0.5)
             ok = (np.abs(r - ideal) <= MARGIN).all((-1, -2)) & (allp | nonep)
             return val, ok
-        if self.enc == "one":
-            return raw[..., 0], (np.abs(raw[..., 0] - 1.0) <= MARGIN)
+        if self.enc in CONSTANT_ENCODINGS:
+            c = self.encode(None)[0]
+            return raw[..., 0], (np.abs(raw[..., 0] - c) <= MARGIN)
         return raw, np.ones(sh, dtype=bool)
 
 
@@ -305,6 +313,15 @@ class Layout:
     def one(self) -> Field:
         return self.fields["one"]
 
+    def add_ballast(self) -> Field:
+        """The ballast field (see the module docstring): born in the embedding, never read."""
+        return self.add(Field("ballast", "ballast", 1, doc="norm ballast"), born=-1)
+
+    @property
+    def constants(self) -> list[Field]:
+        """The fields every embedding row writes with a fixed value (one, and ballast if added)."""
+        return [f for f in self.fields.values() if f.enc in CONSTANT_ENCODINGS]
+
     def add(self, f: Field, born: int | None = None) -> Field:
         if f.name in self.fields:
             raise LayoutError(f"field {f.name!r} declared twice (fields are written once)")
@@ -332,9 +349,10 @@ class Layout:
         return float(sum(f.sumsq for f in self.alive_before(pos)))
 
     def encode(self, values: dict, base: np.ndarray | None = None) -> np.ndarray:
-        """One residual row from {field name: logical value} (plus one = 1)."""
+        """One residual row from {field name: logical value} (plus the constants: one = 1, ballast)."""
         x = np.zeros(self.width, dtype=np.float64) if base is None else base.copy()
-        x[self.one.start] = 1.0
+        for f in self.constants:
+            x[f.start:f.stop] = f.encode(None)
         for name, v in values.items():
             f = self.fields[name]
             x[f.start:f.stop] = f.encode(v)

@@ -129,7 +129,8 @@ def recycle(c: Circuit, plans: list, position: dict[str, int], intermediate: int
 
     dmap = np.full(L.width, -1, dtype=np.int64)
     rec = Recycling(dmap, 0)
-    dead = sorted((free_at(n), n) for n in L.fields if n != "one" and last.get(n, -2) < final)
+    keep = {f.name for f in L.constants}
+    dead = sorted((free_at(n), n) for n in L.fields if n not in keep and last.get(n, -2) < final)
     pool: list[int] = []            # recycled physical dims, free
 
     def zero_one(b: int) -> bool:

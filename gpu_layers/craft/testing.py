@@ -34,13 +34,14 @@ def random_values(f, rng, N):
 
 
 def encode_rows(comp: Compiled, values: dict[str, np.ndarray]) -> np.ndarray:
-    """(N, W) residual rows: `one` = 1, each named input field encoded, the text flag dim 0."""
+    """(N, W) residual rows: the constants (`one` = 1, ballast), each input field encoded, the text flag dim 0."""
     N = len(next(iter(values.values())))
     missing = [f.name for f in comp.circuit.inputs if f.name not in values]
     if missing:
         raise ValueError(f"rows must carry every input field; missing {missing}")
     X = np.zeros((N, comp.machine.width))
-    X[:, comp.dims("one")] = 1.0
+    for f in comp.layout.constants:
+        X[:, comp.dims(f.name)] = f.encode(None)
     for name, v in values.items():
         X[:, comp.dims(name)] = comp.layout.fields[name].encode_many(v)
     return X

@@ -143,16 +143,18 @@ def run_kernel_model(kernel, grid, block, args, outputs, dynamic_shared_bytes=0,
     t = time.time()
     tick = on_tokens or ((lambda n: progress(f"{n} machine tokens, {n / (time.time() - t):.0f} tokens/s"))
                          if progress else None)
-    try:
-        if engine == "stock":
-            got = stock.run(prompt, max_tokens, tick)
-            if got[-1] not in ("<end>", "<fault>"):
-                raise CoreError("no end")
-        else:
+    if engine == "stock":
+        got = stock.run(prompt, max_tokens, tick)
+        finished = got[-1] in ("<end>", "<fault>")
+    else:
+        try:                                # run_core raises CoreError when the budget runs out
             got, _ = run_core(fm, ids, prompt, max_tokens=max_tokens, progress=tick)
-    except CoreError:
+            finished = True
+        except CoreError:
+            finished = False
+    if not finished:
         raise StepBudgetExceeded(f"the model did not finish the launch within {max_tokens} machine "
-                                 "tokens; an infinite loop?") from None
+                                 "tokens; an infinite loop?")
     dt = time.time() - t
     if progress and not on_tokens:
         progress(f"{len(got)} machine tokens generated in {dt:.1f} s ({len(got) / max(dt, 1e-9):.0f} tokens/s)")

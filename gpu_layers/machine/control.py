@@ -365,6 +365,17 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
         m2.boolean(npc[j], WGEN, [(is_bar + ex + phase - 2.5, 0.5, 1.0), (is_wbar + ex + gen - 2.5, 0.5, 1.0)])
     m2.build()
 
+    # L2b MLP: lexists re-digitized. next_pc's steps see pre-activations up to 4,351 margins, at
+    # which fp32 leaves up to ~2.6e-4 in an output (craft/precision.py), and the cursor stage
+    # weighs lexists by BIGC (3.5 margins of error); a step on t = flag - 0.5 leaves ~1e-7. It
+    # takes the empty MLPs between next_pc and the cursor: no layer is added.
+    m2b = MLPBuilder(c, "lexists_digital")
+    raw = lexists
+    lexists = c.new_field(dual("lexists_d", L))
+    for t in range(L):
+        m2b.threshold(lexists, t, raw.bit(t) - 0.5, 0.5)
+    m2b.build()
+
     # L3: the PC file (one head per lane, slot = warp) and each warp's cursor (written at <wi>)
     NS = 1 << WB                          # warp slots (a binary address of WB bits)
     pcf = [B.memory(c, f"pc{lane}", NS, pcb + 4, sel, sel, npc[lane % LANES], we=gwe.bit(lane),
@@ -428,6 +439,11 @@ def control_layers(c: Circuit, threads: int, kinds: tuple = KINDS, pcs: int = MA
             fields[mode, nm] = c.new_field(dual(f"{nm}_{mode}_d", L))
             for t in range(L):
                 m3b.threshold(fields[mode, nm], t, raw.bit(t) - 0.5, 0.5)
+    for h in (0, 1):            # the pick stage sums all L of them: L x 3e-3 would be 0.8 margins
+        raw = freeh[h]
+        freeh[h] = c.new_field(dual(f"free_ph{h}_d", L))
+        for t in range(L):
+            m3b.threshold(freeh[h], t, raw.bit(t) - 0.5, 0.5)
     m3b.build()
 
     def runs(mode, t):

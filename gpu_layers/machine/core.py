@@ -528,6 +528,7 @@ def core_circuit() -> Circuit:
     """The core's circuit, not compiled (the scheduler and validator run on it cheaply)."""
     c = Circuit("core_v0")
     c.recycle = True            # dead fields' dims carry later fields (craft/recycle.py): W 15,625 -> 5,650
+    c.layout.add_ballast()      # norms 1,000x less moved by fp32's errors in large gates' outputs (section 37)
     # ---- prompt inputs and the program ----------------------------------------------------------
     po_in = c.input(bits("po_in", PO_BITS), default=0)
     ps_in = c.input(bits("ps_in", PS_BITS), default=0)
@@ -973,7 +974,9 @@ def _lane_sources(c: Circuit, A, Bw, P, ex, und, dst_data, mem) -> Field:
     m = MLPBuilder(c, "lane_eq")
     for p, (i, j) in enumerate(COPY_PAIRS):
         ok = ex.bit(i) + ex.bit(j) - und.bit(i) - und.bit(j) + dst_data - mem      # 3 where all hold
-        m.threshold(eq, p, BIGM * ok - lsum(cd.bit(per * p + n) for n in range(per)) - 3 * BIGM + 0.5, 0.5)
+        # an integer form: ok - 3 <= -1 outweighs 0.5 - (chunks differing) alone; a large weight
+        # on ok would multiply the fp32 error of exec_poison's wide steps (craft/precision.py)
+        m.threshold(eq, p, ok - lsum(cd.bit(per * p + n) for n in range(per)) - 2.5, 0.5)
     m.build()
     src = c.new_field(dual("lane_src", len(COPY_PAIRS)))
     m = MLPBuilder(c, "lane_src")

@@ -188,6 +188,16 @@ def address_bits(c, base, imm):
         for k, nb in enumerate((MM.SHARED_BITS, MM.GLOBAL_BITS)):
             m.threshold(al, k, high(nb - 1) - ((1 << (nb - LOW)) - 0.5), 0.5)
     m.build()
+    # the high bits re-digitized: their steps see sums up to 769 margins (fp32 leaves ~5e-5 in an
+    # output) and the bounds check weighs them by up to 2^11 (0.9 margins; craft/precision.py)
+    m = MLPBuilder(c, "mem_address_digital")
+    for j in range(LANES):
+        raw = out[j].parts[1]
+        ad = c.new_field(dual(f"adh{j}_d", raw.n))
+        for i in range(raw.n):
+            m.threshold(ad, i, raw.bit(i) - 0.5, 0.5)
+        out[j] = _Bits([out[j].parts[0], ad])
+    m.build()
     return out, aux, kb
 
 

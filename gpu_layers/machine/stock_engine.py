@@ -10,9 +10,10 @@ the `tiny-2b-layers` host and the core, about 33 GB of float32 files that take a
 disk, since the zeros are holes; about 6 minutes on a 2-core CPU). A checkpoint is refused when it
 was built for another machine or from other core sources (`check_core_build`).
 
-Not exact yet: stock fp32 sums the core's large gates in float32, and the trace departs from the
-oracle's (vec_add_i32 from position 403, docs/machine.md section 36); the fast executor, which
-accumulates in fp64, is exact. The engine stays so that the stock path can be run and measured.
+Stock fp32 sums the core's wide gates in float32; the core bounds what that does to every step
+(craft/precision.py: a norm ballast, re-digitized wide outputs), and teacher-forced prefills of a
+build match the oracle's trace at every position on the cases checked (docs/machine.md section
+37). The fast executor computes the same tokens tens of times faster.
 
 On a CPU, from_pretrained maps the float32 shards, so a checkpoint bigger than memory runs, at the
 speed of reading its nonzero pages once per token (`scripts/machine_core.py --engine stock`
