@@ -65,9 +65,10 @@ def test_schedules_for_qwen35_2b(circuit):
         assert pl.groups(s) <= s.linear_num_key_heads
 
 
-def test_fp32_errors_stay_inside_every_steps_margin():
-    """Stock transformers sums in fp32: every step of the core moves by at most STOCK_FP32_BUDGET
-    margins from the errors of what it reads and of its norm (craft/precision.py; section 37)."""
+def test_fp32_error_bound_of_every_step_stays_in_budget():
+    """Stock transformers sums in fp32: no step of the core moves by more than STOCK_FP32_BUDGET
+    margins of craft/precision.py's bound (every input's largest measured error, all the same
+    way, and the norm's); a guard against circuits that widen it (section 37)."""
     from gpu_layers.craft.precision import STOCK_FP32_BUDGET, step_margins
     from gpu_layers.craft.recycle import recycle
     c = core_circuit()
@@ -77,7 +78,7 @@ def test_fp32_errors_stay_inside_every_steps_margin():
     bounds = step_margins(c, pos)
     worst = max(bounds, key=lambda b: b.total)
     assert worst.total <= STOCK_FP32_BUDGET, worst
-    assert len(bounds) > 10_000 and worst.total > 0.1       # it measures the real core
+    assert len(bounds) > 10_000 and worst.total > 0.5       # it measures the real core
 
 
 @pytest.mark.parametrize("name", ["divergence", "vec_add_i32", "early_return", "scan_inclusive_i32",

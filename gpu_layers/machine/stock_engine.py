@@ -10,10 +10,11 @@ the `tiny-2b-layers` host and the core, about 33 GB of float32 files that take a
 disk, since the zeros are holes; about 6 minutes on a 2-core CPU). A checkpoint is refused when it
 was built for another machine or from other core sources (`check_core_build`).
 
-Stock fp32 sums the core's wide gates in float32; the core bounds what that does to every step
-(craft/precision.py: a norm ballast, re-digitized wide outputs), and teacher-forced prefills of a
-build match the oracle's trace at every position on the cases checked (docs/machine.md section
-37). The fast executor computes the same tokens tens of times faster.
+Stock fp32 sums the core's wide gates in float32; the core carries a norm ballast and
+re-digitizes its wide outputs, craft/precision.py bounds what fp32 does to every step, and
+teacher-forced prefills of a build match the oracle's trace at every position on the four cases
+checked on a CPU (docs/machine.md section 37). The fast executor computes the same tokens tens of
+times faster.
 
 On a CPU, from_pretrained maps the float32 shards, so a checkpoint bigger than memory runs, at the
 speed of reading its nonzero pages once per token (`scripts/machine_core.py --engine stock`
