@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_layers.craft.circuit import MLPStage  # noqa: E402
 from gpu_layers.craft import assemble as A  # noqa: E402
-from gpu_layers.craft.precision import step_margins  # noqa: E402
+from gpu_layers.craft.precision import code_maxabs, step_margins  # noqa: E402
 from gpu_layers.craft.recycle import recycle  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.machine.core import core_circuit  # noqa: E402
@@ -48,7 +48,7 @@ def exposure(c) -> dict[str, float]:
 def ranges(c) -> dict[str, float]:
     """{MLP stage name: the largest max|t| / margin of its steps} (inputs at their codes' size:
     0.5 for rail3 fields, else 1), as Compiled.step_ranges computes it."""
-    maxabs = {d: 0.5 if f.enc == "rail3" else 1.0 for f in c.layout.fields.values() for d in range(f.start, f.stop)}
+    maxabs = code_maxabs(c)
     return {st.name: max((s.range(maxabs) for s in st.steps), default=0.0)
             for st in c.stages if isinstance(st, MLPStage)}
 

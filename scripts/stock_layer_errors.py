@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_layers.craft import assemble as A  # noqa: E402
 from gpu_layers.craft import fast_kernels as K  # noqa: E402
 from gpu_layers.craft.circuit import MLPStage  # noqa: E402
-from gpu_layers.craft.precision import FP32_EPS, MEMORY_READ_ERROR  # noqa: E402
+from gpu_layers.craft.precision import FP32_EPS, MEMORY_READ_ERROR, code_maxabs  # noqa: E402
 from gpu_layers.craft.recycle import recycle  # noqa: E402
 from gpu_layers.hosts import REAL_2B_TEXT_CONFIG  # noqa: E402
 from gpu_layers.machine.backend import load_core  # noqa: E402
@@ -87,7 +87,7 @@ def main():
     hs = [h[0, :, H:H + fm.W].double().numpy() / scale for h in out.hidden_states]
     print(f"stock prefill of {len(seq)} tokens: {time.time() - t0:.0f} s", flush=True)
 
-    maxabs = {i: 0.5 if f.enc == "rail3" else 1.0 for f in L.fields.values() for i in range(f.start, f.stop)}
+    maxabs = code_maxabs(c)
     stages = [(st, pos[st.name]) for st in c.stages if isinstance(st, MLPStage) and st.steps]
     reads = [(st, pos[st.name]) for st in c.stages if not isinstance(st, MLPStage)]
     print(f"{'stage':<22} {'layer':>5} {'max|stock-fast|':>16} {'scale':>9} {'ratio':>6}")

@@ -49,14 +49,16 @@ class StepBound:
         return self.direct + self.norm
 
 
-def _maxabs(c) -> dict[int, float]:
+def code_maxabs(c) -> dict[int, float]:
+    """{dim: the largest |value| of its codes}: 0.5 for memory reads (rail3), else 1 (the ballast
+    is read by no step); what Step.range takes. assemble.Compiled.step_ranges has its twin."""
     return {d: 0.5 if f.enc == "rail3" else 1.0 for f in c.layout.fields.values() for d in range(f.start, f.stop)}
 
 
 def output_errors(c) -> dict[int, float]:
     """{dim: fp32 error scale of the value written there}: a step's output error is its weight
     times range x 2^-24; a DeltaNet read's is MEMORY_READ_ERROR; embedding dims have none."""
-    maxabs = _maxabs(c)
+    maxabs = code_maxabs(c)
     err: dict[int, float] = {}
     for st in c.stages:
         if isinstance(st, MLPStage):
@@ -71,12 +73,12 @@ def output_errors(c) -> dict[int, float]:
     return err
 
 
-def norm_error(c, err: dict[int, float], pos: int | None = None) -> float:
+def norm_error(c, err: dict[int, float], pos: int | None = None, maxabs=None) -> float:
     """A bound on the norm's relative error d = dS / 2S in front of depth position `pos`: every
     written dim of the fields alive there at its error at once, against S there (the layout's
     births and deaths: after assemble.schedule and recycle). pos None: every written dim against
-    the smallest S the residual can have (the constants' and inputs')."""
-    maxabs = _maxabs(c)
+    the smallest S the residual can have (the constants' and inputs'). maxabs: code_maxabs(c)."""
+    maxabs = maxabs or code_maxabs(c)
     L = c.layout
     if pos is None:
         dims = err.keys()
@@ -91,13 +93,17 @@ def step_margins(c, positions: dict[str, int] | None = None) -> list[StepBound]:
     """Every MLP step's bound (see the module docstring); positions: {stage name: depth position}
     from assemble.schedule, for the norm's error where each stage reads (else the worst case)."""
     err = output_errors(c)
-    d_any = norm_error(c, err) if positions is None else None
+    maxabs = code_maxabs(c)
+    d_at: dict[int | None, float] = {}      # the norm's error at each position, computed once
     owner = {i: f.name for f in c.layout.fields.values() for i in range(f.start, f.stop)}
     out = []
     for st in c.stages:
         if not isinstance(st, MLPStage):
             continue
-        d = d_any if positions is None else norm_error(c, err, positions[st.name])
+        p = None if positions is None else positions[st.name]
+        if p not in d_at:
+            d_at[p] = norm_error(c, err, p, maxabs)
+        d = d_at[p]
         for k, s in enumerate(st.steps):
             per: dict[str, float] = {}
             written = 0.0
