@@ -341,8 +341,8 @@ def test_the_model_backend_runs_the_kernel_inside_the_model():
 
 
 def test_the_model_backend_names_what_the_core_does_not_run():
-    # rc4_keystream: 4,685 machine instructions at its smallest lowering, more than the core's 1,920 PCs
-    rep = run_prepared(prepare(example_input("rc4_keystream"), LOCAL), LOCAL, backend="model")
-    want = "4685 machine instructions: the register file holds PCs"      # (< 1920: escaped in HTML)
+    # shared_histogram in blocks of 256 threads: the core runs blocks of up to 128
+    rep = run_prepared(prepare(example_input("shared_histogram", block="256, 1, 1"), LOCAL), LOCAL, backend="model")
+    want = "256 threads per block: the machine core v0 runs up to 128"
     assert rep.verdict == "reference-only" and want in rep.machine_error
     assert want in render.run_html(rep, LOCAL)

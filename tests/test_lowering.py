@@ -103,13 +103,22 @@ def test_multiplies_and_divisions_are_machine_steps_and_keep_poison():
             launch(_lowered(body + f"\tst.global.u32 \t[%rd9], {dst};\n"), 1, 32, [np.ones(32, np.int32)])
 
 
-def test_division_by_zero_stays_undefined_after_lowering():
+@pytest.mark.parametrize("called", [False, True])
+def test_division_by_zero_stays_undefined_after_lowering(called):
+    # called: the divisions call routines (lower's call_sequences), which prove nothing of their
+    # operands and carry poison through their argument registers
     body = "\tsub.u32 \t%r2, %r100, 3;\n\tdiv.s32 \t%r3, 100, %r2;\n\trem.u32 \t%r4, 7, %r2;\n"
     out = np.zeros(32, np.int32)
-    res = launch(_lowered(body + "\tst.global.u32 \t[%rd9], 1;\n"), 1, 32, [out])
+
+    def lowered(text):
+        k = lower(parse_ptx(kernel_ptx(OUT + text + "\tret;\n")).kernel(), call_sequences=called)
+        assert len(k.calls) == (2 if called else 0)
+        return k
+    res = launch(lowered(body + "\tst.global.u32 \t[%rd9], 1;\n"), 1, 32, [out])
     assert res.buffers[0].tolist() == [1] * 32                  # unused: fine
-    with pytest.raises(UninitializedRead, match=r"thread \(3,0,0\)"):
-        launch(_lowered(body + "\tst.global.u32 \t[%rd9], %r3;\n"), 1, 32, [out])
+    for dst in ("%r3", "%r4"):
+        with pytest.raises(UninitializedRead, match=r"thread \(3,0,0\)"):
+            launch(lowered(body + f"\tst.global.u32 \t[%rd9], {dst};\n"), 1, 32, [out])
 
 
 def test_guarded_expansions_change_nothing_where_the_guard_is_false():
@@ -449,6 +458,40 @@ def test_divisions_of_every_width_match_the_interpreter(ty):
     want = launch(k, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
     got = launch(lower(k), 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
     assert want.tobytes() == got.tobytes()
+    if w == 32:                          # the smallest lowering: one routine per form, called
+        called = lower(k, call_sequences=True)
+        assert len(called.calls) == len(forms) and len(called.returns) >= 2
+        got = launch(called, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+        assert want.tobytes() == got.tobytes()
+
+
+def test_permutes_with_constant_selectors_match_the_interpreter():
+    """prmt with a constant selector (bytes moved by shifts and masks, sign spreads, constant
+    sources) on edge and random operands, lowered == original, each in a few steps; a source the
+    selector takes no byte of still makes the result undefined (prmt's poison is either source's)."""
+    rng = np.random.default_rng(7)
+    n = 32
+    vals = _EDGES32 + [int(x) for x in rng.integers(0, 1 << 32, 40, dtype=np.uint64)]
+    a, b = vals[:n], (vals[n // 2:] + vals)[:n][::-1]
+    sels = [0x3210, 0x7654, 0x0123, 0x7604, 0x7054, 0x0654, 0x9898, 0x1010, 0xBA98, 0xF1E4, 0x4444, 0x3333]
+    sels += [int(x) for x in rng.integers(0, 1 << 16, 12)]
+    body = _pair_head() + ["\tcvt.u32.u64 \t%r1, %rd44;", "\tcvt.u32.u64 \t%r2, %rd46;"]
+    forms = [f"prmt.b32 \t%r3, %r1, %r2, {c}" for c in sels]
+    forms += ["prmt.b32 \t%r3, %r1, 0x80FF0102, 0x6547", "prmt.b32 \t%r3, 0x7F00FF80, %r2, 0xC9C9"]
+    for k, f in enumerate(forms):
+        body += [f"\t{f};", "\tcvt.u64.u32 \t%rd49, %r3;", f"\tst.global.u64 \t[%rd48+{256 * k}], %rd49;"]
+    body.append("\tret;")
+    k = parse_ptx(kernel_ptx("\n".join(body) + "\n", params=[("out", "u64"), ("ina", "u64")])).kernel()
+    mk = lower(k)
+    assert len(mk.instructions) < len(k.instructions) + 8 * len(forms)
+    inputs = np.array(a + b, dtype=np.uint64)
+    want = launch(k, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    got = launch(mk, 1, n, [np.zeros(32 * len(forms), np.uint64), inputs.copy()]).buffers[0]
+    assert want.tobytes() == got.tobytes()
+    for sel in (0x3210, 0x1098):                 # %r7 never written: b undefined, a's bytes only
+        bad = "\tprmt.b32 \t%r3, %r100, %r7, " + f"{sel};\n\tst.global.u32 \t[%rd9], %r3;\n"
+        with pytest.raises(UninitializedRead, match=r"thread \(0,0,0\)"):
+            launch(_lowered(bad), 1, 32, [np.ones(32, np.int32)])
 
 
 @pytest.mark.parametrize("straight", [False, True])

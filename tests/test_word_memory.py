@@ -266,6 +266,25 @@ def test_suite_kernels_with_bytes_vectors_and_atomics_match_and_the_core_takes_t
 
 
 
+def test_rc4_keystream_fits_the_program_memory_by_calling_its_byte_accesses(cases):
+    # a 256-byte local array, byte loads and stores in unrolled loops: 4,685 machine instructions
+    # with every sequence written out, so the core's lowering calls them (call_sequences: one
+    # routine per kind of byte access and per division form); outputs equal to the original's,
+    # every token the oracle gives in the core's vocabulary
+    from gpu_layers.machine.core import PCS, core_circuit
+    c = cases["rc4_keystream"]
+    k = module_for(c.ptx()).kernel(c.kernel)
+    mk, grid, block = machine_kernel(k, c.grid, c.block, launch_args(c))
+    entries = {entry for _, entry, _ in mk.calls}
+    assert len(mk.instructions) <= PCS and len(mk.calls) >= 104 + 8 and len(entries) == 3
+    a = launch(k, c.grid, c.block, launch_args(c))
+    b = launch(mk, grid, block, launch_args(c))
+    assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a.buffers, b.buffers))
+    outs = [i for i, arg in enumerate(c.args) if arg.is_buffer and arg.output]
+    prompt, want, _, _ = launch_tokens(mk, grid, block, launch_args(c), outs)
+    assert set(prompt + want) <= {n for n, _ in core_circuit().tokens}
+
+
 LOCAL = "\t.local .align 16 .b8 \t__local_depot0[40];\n"
 
 
@@ -463,6 +482,51 @@ def test_a_local_byte_nothing_wrote_is_undefined_as_in_the_interpreter(read):
     for kernel, g, bl in ((k, 1, 4), (mk, grid, block)):
         with pytest.raises(UninitializedRead):
             launch(kernel, g, bl, _inputs())
+
+
+def test_local_sub_word_accesses_called_as_routines_match_the_interpreter():
+    # the smallest lowering (call_sequences): each unguarded scalar byte or 16-bit local access
+    # calls one routine per kind (a store of 1 byte; loads of u8, s8, u16: 6 sites, 4 routines);
+    # the guarded store and the vector load stay inline. The same buffers as the original, and
+    # the core takes the launch
+    k = _local_kernel(SUB_WORD_LOCAL)
+    inline, called = lower(k, one_warp=True), lower(k, one_warp=True, threads=16, call_sequences=True)
+    assert len(called.calls) == 6 and len({entry for _, entry, _ in called.calls}) == 4
+    a = launch(k, 1, 16, _inputs())
+    for mk in (inline, called):
+        assert launch(mk, 1, 16, _inputs()).buffers[0].tobytes() == a.buffers[0].tobytes()
+    ak, _ = allocate(called)
+    launch_tokens(ak, (1, 1, 1), (16, 1, 1), _inputs(), [0])
+
+
+def test_a_local_byte_nothing_wrote_is_undefined_through_the_routines_too():
+    body = """\tcvt.u16.u32 \t%rs1, %r100;
+\tst.local.u8 \t[%SPL+13], %rs1;
+\tld.local.u8 \t%rs2, [%SPL+14];
+\tcvt.u32.u16 \t%r3, %rs2;
+\tst.global.u32 \t[%rd9], %r3;
+"""
+    mk = lower(_local_kernel(body), one_warp=True, call_sequences=True)
+    assert len(mk.calls) == 2
+    with pytest.raises(UninitializedRead):
+        launch(mk, 1, 4, _inputs())
+
+
+def test_a_local_byte_past_the_frame_faults_in_the_routine_and_names_its_sites():
+    # lane 3 stores a byte at local address 40 (its 40 bytes end at 39): the routine's range
+    # check faults, and what the fault means names the lines of the routine's sites
+    body = ("\tmul.wide.u32 \t%rd4, %r100, 8;\n\tadd.s64 \t%rd5, %SPL, %rd4;\n\tcvt.u16.u32 \t%rs1, %r100;\n"
+            "\tst.local.u8 \t[%rd5+16], %rs1;\n\tst.local.u8 \t[%rd5+15], %rs1;\n")
+    k = _local_kernel(body)
+    mk = lower(k, one_warp=True, call_sequences=True)
+    lines = [i.line for i in k.instructions if i.name == "st.local.u8"]
+    assert len(mk.calls) == 2 and len(lines) == 2
+    why = list(mk.checks.values())
+    assert f"a 1-byte local store outside the thread's 40 bytes of local memory (at one of lines {lines[0]}, " \
+           f"{lines[1]}: every such store calls one routine)" in why
+    launch(mk, 1, 3, _inputs())                          # lanes 0..2: in range
+    with pytest.raises(OutOfBounds):
+        launch(mk, 1, 4, _inputs())
 
 
 def test_local_frames_are_one_per_thread_of_the_block():

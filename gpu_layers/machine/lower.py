@@ -45,7 +45,7 @@ from gpu_layers.ptx.ir import TYPE_BITS, FImm, Imm, Kernel, Reg, RegDecl, Sink, 
 from gpu_layers.ptx.parser import parse_instruction
 from gpu_layers.ptx.validator import MACHINE_STEPS, SUPPORTED, validate
 
-from . import partial_exchange, ranges, softfloat, warp_exchange, word_memory
+from . import partial_exchange, ranges, routines, softfloat, warp_exchange, word_memory
 from .const_fold import fold_constants
 from .definedness import defined
 from .liveness import liveness
@@ -101,18 +101,19 @@ def machine_problems(kernel) -> list[str]:
 # lower's options, from the fewest steps to the fewest instructions: multiply and divide steps
 # written out or in loops, conversions inline or as routines, and within each the float
 # routines' fast entries, all, those of the smaller routines ({add, mul, div}, {add, mul}),
-# add only, none, each written out at its sites first (inline_floats). core.machine_kernel
-# takes the first whose allocated program fits (kept here, not in core.py, whose source keys
-# the compiled core's cache)
+# add only, none, each written out at its sites first (inline_floats); last, local sub-word
+# accesses and 32-bit divisions as routines too (call_sequences). core.machine_kernel takes the first whose allocated program fits
+# (kept here, not in core.py, whose source keys the compiled core's cache)
 _FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add", "mul"}), frozenset({"add"}), False)
 LOWERINGS = tuple(x for o in ({"straight_steps": True}, {}, {"cvt_routines": True}) for f in _FAST_SETS
-               for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())
-               + ({**o, "fast_floats": f},))
+                  for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())
+                  + ({**o, "fast_floats": f},)) \
+    + ({"cvt_routines": True, "fast_floats": False, "call_sequences": True},)
 
 
 def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: bool = False,
           straight_steps: bool = False, fast_floats=True, threads: int | None = None,
-          inline_floats: bool = False) -> Kernel:
+          inline_floats: bool = False, call_sequences: bool = False) -> Kernel:
     """The kernel as machine code (a new Kernel; the input is not changed). `one_warp`: for
     one-dimensional blocks (the machine core's scope), memory instructions become scalar word
     accesses of .global and .shared (gpu_layers.machine.word_memory: vectors, sub-word accesses,
@@ -129,7 +130,9 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     operands are proven defined call the routines' fast entries (gpu_layers.machine.fast_paths:
     fewer steps, more instructions); `inline_floats`: those fast entries written out at each site
     instead (softfloat._inline: no argument copies, no branch and return chain; more
-    instructions). `threads`: the block's threads, when the code is for a launch
+    instructions). `call_sequences`: unguarded local accesses of 1 or 2 bytes and 32-bit
+    divisions call one routine per kind (gpu_layers.machine.routines: fewer instructions, more
+    steps) instead of their inline sequences. `threads`: the block's threads, when the code is for a launch
     of that block (its %tid.x bound shortens multiplies, gpu_layers.machine.ranges; local memory has a frame for
     each, up to 32).
 
@@ -146,6 +149,7 @@ def lower(kernel: Kernel, one_warp: bool = False, warps: int = 1, cvt_routines: 
     em.divergent = _divergent(kernel, em.looped)
     em.warps = warps
     em.cvt_routines = cvt_routines
+    em.call_sequences = call_sequences
     em.fast_floats = fast_floats
     em.inline_floats = inline_floats
     em.threads = threads or em.threads
@@ -284,6 +288,8 @@ class _Emitter:
         self.straight = False       # multiply / divide steps written out (lower's straight_steps)
         self.fast_floats = False    # which float sites may call the routines' fast entries (lower's fast_floats)
         self.inline_floats = False  # fast entries written out at their sites (lower's inline_floats)
+        self.cvt_routines = False   # float conversions call routines (lower's cvt_routines)
+        self.call_sequences = False  # local sub-word accesses and divisions call routines (lower's call_sequences)
         self.inlining = False       # emitting such an entry now (its steps written out as the routine's)
         self.looped = set()         # source instruction indices inside a loop (a backward branch's range)
         self.divergent = set()      # ... where part of a warp may be elsewhere (_divergent)
@@ -1003,15 +1009,23 @@ def _counted_loop(em, n, body):
 def _x_divrem(em, ins):
     t, w, signed, (d, a, b) = _parts(ins)
     is_rem = SUPPORTED[ins.name].kind == "irem"
+    if routines.calls_division(em, ins, w):
+        _finish(em, ins, t, routines.call_division(em, ins, w, signed, is_rem, a, b))
+        return
+
     # a 64-bit division may branch on the divisor's size where the divisor is defined (an
     # undefined dividend only makes both paths' results undefined, as the original's)
     def proven(x):                       # defined in every thread: a constant, or proven so
         return em.is_defined(x) or x.lstrip("-").isdigit()
-    defined = proven(b)
-    both = defined and proven(a)         # may skip the leading divide steps (_dsteps)
-    divide = partial(_udivrem_branching if w == 64 and defined else _udivrem, skip=both)
+    _finish(em, ins, t, _divrem(em, w, signed, is_rem, a, b, proven(a), proven(b)))
+
+
+def _divrem(em, w, signed, is_rem, a, b, a_defined=False, b_defined=False) -> str:
+    """_x_divrem's value of a / b or a % b (w bits) in a register; `a_defined`, `b_defined`:
+    proven defined in every thread (the division may branch on them)."""
+    divide = partial(_udivrem_branching if w == 64 and b_defined else _udivrem, skip=a_defined and b_defined)
     if w == 64 and not signed and _bits(em, b, 64) <= 32:      # a divisor known below 2^32
-        divide = partial(_udivrem_narrow, wide=_bits(em, a, 64) > 32, skip=both)
+        divide = partial(_udivrem_narrow, wide=_bits(em, a, 64) > 32, skip=a_defined and b_defined)
     a, b = _copy(em, w, a), _copy(em, w, b)
     bad = _setp(em, "eq", f"b{w}", b, 0)
     if signed:
@@ -1032,8 +1046,7 @@ def _x_divrem(em, ins):
         em.emit(f"or.pred {bad}, {bad}, {ovf}")
     else:
         q, r = divide(em, w, a, b, quotient=not is_rem)
-    res = _sel(em, w, _undef_of(em, w), r if is_rem else q, bad)
-    _finish(em, ins, t, res)
+    return _sel(em, w, _undef_of(em, w), r if is_rem else q, bad)
 
 
 # ----------------------------------------------------------------------------- bit operations
@@ -1131,6 +1144,10 @@ def _x_bfi(em, ins):
 
 def _x_prmt(em, ins):
     t, w, _, (d, a, b, c) = _parts(ins)
+    sel = _known(em, c)
+    if sel.lstrip("-").isdigit():
+        _finish(em, ins, t, _prmt_const(em, _known(em, a), _known(em, b), int(sel) & 0xFFFF))
+        return
     wa, wb = _ext(em, 32, a, False, 64), _ext(em, 32, b, False, 64)
     src = _op(em, 64, "or", wa, _op(em, 64, "shl", wb, 32))
     cc = _copy(em, 32, c)
@@ -1148,6 +1165,50 @@ def _x_prmt(em, ins):
         byte = _sel(em, 32, rep, byte, msb)
         em.emit(f"or.b32 {r}, {r}, {_op(em, 32, 'shl', byte, 8 * i)}")
     _finish(em, ins, t, r)
+
+
+def _prmt_const(em, a, b, sel) -> str:
+    """prmt with a constant selector: each result byte is a byte of a or b moved by a whole number
+    of bytes (or its sign spread), so the bytes taken from one source with one move are one shift
+    and one mask: ~4 steps, not the general form's ~70. Both sources are read even where the
+    selector takes no byte of one (prmt's poison is either source's), and the parts cover disjoint
+    bytes, so no `or` of them sees an all-ones operand that would hide a poisoned part."""
+    const = 0
+    moves, signs = {}, {}                 # (source, byte shift) / (source, byte) -> result-byte mask
+    for i in range(4):
+        n = (sel >> (4 * i)) & 0xF
+        src, j = (a, n & 3) if (n & 7) < 4 else (b, n & 3)
+        key, table = ((src, j), signs) if n & 8 else ((src, i - j), moves)
+        table[key] = table.get(key, 0) | 0xFF << (8 * i)
+    parts = []
+    for (src, k), mask in moves.items():
+        if src.lstrip("-").isdigit():
+            v = int(src) & 0xFFFFFFFF
+            const |= ((v << 8 * k) if k >= 0 else (v >> -8 * k)) & mask
+            continue
+        x = src if k == 0 else _op(em, 32, "shl" if k > 0 else "shr", src, 8 * abs(k),
+                                   None if k > 0 else "u32")
+        natural = (0xFFFFFFFF << 8 * k) & 0xFFFFFFFF if k >= 0 else 0xFFFFFFFF >> -8 * k
+        parts.append(x if mask == natural else _op(em, 32, "and", x, mask))
+    for (src, j), mask in signs.items():
+        if src.lstrip("-").isdigit():
+            const |= mask if (int(src) >> (8 * j + 7)) & 1 else 0
+            continue
+        x = _op(em, 32, "shl", src, 24 - 8 * j) if j < 3 else src
+        parts.append(_op(em, 32, "and", _op(em, 32, "shr", x, 31, "s32"), mask))
+    if const or not parts:
+        parts.append(str(const))
+    r = parts[0]
+    if r.lstrip("-").isdigit():
+        r = em.tmp(32)
+        em.emit(f"mov.b32 {r}, {parts[0]}")
+    for x in parts[1:]:
+        r = _op(em, 32, "or", r, x)
+    used = {src for src, _ in list(moves) + list(signs)}
+    for src in (a, b):                    # a source the selector takes nothing of: its poison
+        if src not in used and not src.lstrip("-").isdigit():
+            r = _op(em, 32, "add", r, _op(em, 32, "xor", src, src), "u32")
+    return r
 
 
 def _x_lop3(em, ins):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from gpu_layers.errors import UnsupportedPTX
 from gpu_layers.ptx.ir import TYPE_BITS, Addr, Imm, Reg, Sink, Sym, Vec
+from gpu_layers.machine import routines
 
 _VEC = ("v2", "v4")
 _SPACES = ("global", "shared", "local")
@@ -243,9 +244,9 @@ def lane_id(em) -> str:
     return lane
 
 
-def _effective(em, aop, w=None) -> tuple[str, int]:
-    """(a fresh register holding address operand aop's base + offset, its width w): w bits, by
-    default the base register's width (a symbol's 32, an absolute address's 64)."""
+def _effective(em, aop, w=None, into=None) -> tuple[str, int]:
+    """(a fresh register (or `into`) holding address operand aop's base + offset, its width w): w
+    bits, by default the base register's width (a symbol's 32, an absolute address's 64)."""
     base = aop.base
     if isinstance(base, Reg):
         bw = em.regbits.get(base.name, 64)
@@ -254,11 +255,11 @@ def _effective(em, aop, w=None) -> tuple[str, int]:
         if bw < w:
             src = em.tmp(w)
             em.emit(f"cvt.u{w}.u{bw} {src}, {base}")
-        t = em.tmp(w)
+        t = into or em.tmp(w)
         em.emit(f"add.u{w} {t}, {src}, {aop.offset}")
         return t, w
     w = w or (32 if isinstance(base, Sym) else 64)
-    t = em.tmp(w)
+    t = into or em.tmp(w)
     em.emit(f"mov.u{w} {t}, {base if isinstance(base, Sym) else aop.offset}")
     if isinstance(base, Sym) and aop.offset:
         em.emit(f"add.u{w} {t}, {t}, {aop.offset}")
@@ -674,19 +675,29 @@ def _local(em, ins):
     original's out-of-range local access would): frames are adjacent, so an overrun would
     otherwise reach the next lane's. Shared words and local bytes follow the same rules for
     what was never written (interp/memory.py's Region), so loads read what the original reads."""
-    from dataclasses import replace
-
     is_ld = ins.opcode == "ld"
     aop = ins.operands[1] if is_ld else ins.operands[0]
     vals = ins.operands[0] if is_ld else ins.operands[1]
     if not isinstance(aop, Addr):
         _refuse(ins, "the address is not [reg+offset] or [symbol+offset]")
     size = _access_bytes(ins)
+    if routines.calls_local(em, ins, size):
+        routines.call_local(em, ins, size, aop)
+        return
     ea, _ = _effective(em, aop, 64)
     chk = _where_guard(em, 64, ea, 0, ins.guard)      # lanes whose guard is false check address 0
+    why = f"a {size}-byte local access outside the thread's {em.local_size} bytes of local memory"
+    local_at(em, ins, vals, size, ea, chk, why)
+
+
+def local_at(em, ins, vals, size, ea, chk, why):
+    """_local's access at local address ea (64 bits): the range check of chk (ea, or 0 where the
+    guard is false; `why` its fault), then the access to the lane's frame."""
+    from dataclasses import replace
+
+    is_ld = ins.opcode == "ld"
     lo = em.tmp(32)
     em.emit(f"cvt.u32.u64 {lo}, {ea}")
-    why = f"a {size}-byte local access outside the thread's {em.local_size} bytes of local memory"
     if em.local_size < size:                # never in range: every executing lane faults
         em.checks[len(em.code)] = why
         em.emit(f"{_guard(ins)}ld.global.u32 {lo}, [0]")
