@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_layers.ptx.ir import TYPE_BITS, Reg, Vec
+from gpu_layers.ptx.ir import TYPE_BITS, Reg, Sink, Vec
 
 
 class _Sequence:
@@ -112,7 +112,7 @@ def call_local(em, ins, size, aop):
     if not load:
         em.emit(f"mov.b32 {r.args['value']}, {W._as_bits(em, ins.operands[1], 32)}")
     r.branch(em, ins.line)
-    if load:
+    if load and not isinstance(ins.operands[0], Sink):
         W._write_elem(em, ins, ins.operands[0], r.out, TYPE_BITS[ins.types[0]], ins.types[0][0] == "s")
 
 
