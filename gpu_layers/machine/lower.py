@@ -102,8 +102,9 @@ def machine_problems(kernel) -> list[str]:
 # written out or in loops, conversions inline or as routines, and within each the float
 # routines' fast entries, all, those of the smaller routines ({add, mul, div}, {add, mul}),
 # add only, none, each written out at its sites first (inline_floats); last, local sub-word
-# accesses and 32-bit divisions as routines too (call_sequences). core.machine_kernel takes the first whose allocated program fits
-# (kept here, not in core.py, whose source keys the compiled core's cache)
+# accesses and 32-bit divisions as routines too (call_sequences). core.machine_kernel takes the
+# first whose allocated program fits (kept here, not in core.py, whose source keys the compiled
+# core's cache)
 _FAST_SETS = (True, frozenset({"add", "mul", "div"}), frozenset({"add", "mul"}), frozenset({"add"}), False)
 LOWERINGS = tuple(x for o in ({"straight_steps": True}, {}, {"cvt_routines": True}) for f in _FAST_SETS
                   for x in (({**o, "fast_floats": f, "inline_floats": True},) if f else ())

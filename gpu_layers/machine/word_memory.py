@@ -47,8 +47,8 @@ Exactness at the edges, each checked against the interpreter's rules (interp/mem
 from __future__ import annotations
 
 from gpu_layers.errors import UnsupportedPTX
-from gpu_layers.ptx.ir import TYPE_BITS, Addr, Imm, Reg, Sink, Sym, Vec
 from gpu_layers.machine import routines
+from gpu_layers.ptx.ir import TYPE_BITS, Addr, Imm, Reg, Sink, Sym, Vec
 
 _VEC = ("v2", "v4")
 _SPACES = ("global", "shared", "local")
