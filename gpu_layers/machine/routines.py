@@ -32,7 +32,6 @@ class _Sequence:
 
     def __init__(self, em, args: dict, out: int | None, body):
         self.args = {name: em.tmp(w) for name, w in args.items()}
-        self.widths = dict(args)
         self.ret = em.tmp(32)
         self.out = em.tmp(out) if out else None
         self.body = body
